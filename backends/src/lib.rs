@@ -1,0 +1,140 @@
+//! Sandbox backends of ptc-mcp and the runner protocol they share.
+//!
+//! A backend only decides how the runner child is started and contained; the runner itself (stdlib-only
+//! Python, embedded in the binary) and its line protocol are the same everywhere. The server picks one
+//! backend from `execution.sandbox` with [`select`] and refuses runs while it is unavailable.
+
+mod kind;
+mod limits;
+mod none;
+mod process;
+pub mod protocol;
+mod python;
+mod unbuilt;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub use kind::SandboxKind;
+pub use limits::Limits;
+pub use none::NoneBackend;
+pub use python::{Python, PythonError, resolve_python};
+pub use unbuilt::UnbuiltBackend;
+
+/// What a backend can do on this machine right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    /// Fully working; `detail` says what is in force.
+    Available { detail: String },
+    /// Working with some protection missing; `missing` names it.
+    Degraded { detail: String, missing: String },
+    /// Cannot run programs; `reason` says why and how to fix it.
+    Unavailable { reason: String },
+}
+
+impl Availability {
+    pub fn is_usable(&self) -> bool {
+        !matches!(self, Availability::Unavailable { .. })
+    }
+
+    /// One line for logs and `server_status`.
+    pub fn describe(&self) -> String {
+        match self {
+            Availability::Available { detail } => format!("available: {detail}"),
+            Availability::Degraded { detail, missing } => format!("degraded: {detail}; missing: {missing}"),
+            Availability::Unavailable { reason } => format!("unavailable: {reason}"),
+        }
+    }
+}
+
+/// Everything a backend needs to start one runner. The program itself is not here: it arrives later in the
+/// runner's first message, so runners can be started before their program is known.
+#[derive(Debug, Clone)]
+pub struct SpawnRequest {
+    /// Resource limits of the runner and its scratch directory.
+    pub limits: Limits,
+    /// Wall-clock budget of the whole run; the CPU-time limit is derived from it.
+    pub timeout: std::time::Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("sandbox '{kind}' is unavailable: {reason}")]
+    Unavailable { kind: SandboxKind, reason: String },
+    #[error("could not create the scratch directory: {0}")]
+    Scratch(#[source] std::io::Error),
+    #[error("could not start the runner ({program}): {source}")]
+    Start {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How a runner ended, as far as the backend can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitInfo {
+    Code(i32),
+    Signal(i32),
+    Unknown(String),
+}
+
+impl std::fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitInfo::Code(code) => write!(f, "exit status {code}"),
+            ExitInfo::Signal(libc::SIGKILL) => write!(f, "killed (SIGKILL, often the memory limit)"),
+            ExitInfo::Signal(libc::SIGXCPU) => write!(f, "killed (SIGXCPU: CPU-time limit)"),
+            ExitInfo::Signal(libc::SIGXFSZ) => write!(f, "killed (SIGXFSZ: file-size limit)"),
+            ExitInfo::Signal(sig) => write!(f, "killed by signal {sig}"),
+            ExitInfo::Unknown(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// Control over one started runner: waiting for it and killing everything it started.
+#[async_trait]
+pub trait RunnerControl: Send {
+    /// Resolves when the runner's main process has exited. Must not wait for its pipes to close.
+    async fn wait(&mut self) -> ExitInfo;
+    /// Kills the runner and everything it started. Idempotent; also done on drop.
+    async fn kill(&mut self);
+    /// The last few KiB the runner wrote to stderr (diagnostics, never shown as program output).
+    fn stderr_tail(&self) -> String;
+}
+
+/// One started runner: its channel (the runner's stdin/stdout) and its control. Dropping it kills the runner
+/// and removes its scratch directory.
+pub struct RunnerProcess {
+    pub to_runner: Pin<Box<dyn AsyncWrite + Send>>,
+    pub from_runner: Pin<Box<dyn AsyncRead + Send>>,
+    pub control: Box<dyn RunnerControl>,
+}
+
+/// A way to start and contain runners. Object-safe so the server can hold `Arc<dyn SandboxBackend>`.
+#[async_trait]
+pub trait SandboxBackend: Send + Sync {
+    fn kind(&self) -> SandboxKind;
+    /// Checks what this backend can do here. Cheap enough to call at start-up; the server caches it.
+    async fn probe(&self) -> Availability;
+    /// Starts one runner for one run.
+    async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError>;
+}
+
+/// Settings every backend may need, from `execution` in the config.
+#[derive(Debug, Clone)]
+pub struct BackendSettings {
+    /// `execution.python` as configured (a name looked up on PATH, or a path).
+    pub python: String,
+}
+
+/// Builds the backend for a configured kind. `auto` resolves to the OS's real sandbox, never to `none`.
+pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxBackend> {
+    match kind.resolve_auto() {
+        SandboxKind::None => Arc::new(NoneBackend::new(settings.python.clone())),
+        other => Arc::new(UnbuiltBackend::new(other)),
+    }
+}

@@ -1,0 +1,131 @@
+//! The line protocol between the server and the runner (see `backends/PROTOCOL.md`). Every line from the
+//! runner is untrusted: parsing is strict and a bad line ends only that run.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// Bumped whenever a message changes shape; checked in the runner's `ready` message.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The runner, run as `python -I -S -c RUNNER_SOURCE`.
+pub const RUNNER_SOURCE: &str = include_str!("runner.py");
+
+/// A message from the runner.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FromRunner {
+    Ready { version: u32 },
+    Output { data: String },
+    Call { id: u64, tool: String, args: Map<String, Value> },
+    Helper { id: u64, name: String, args: Map<String, Value> },
+    Emit { value: Value },
+    Done { error: Option<ProgramError> },
+}
+
+/// Why a program failed, as the runner saw it.
+#[derive(Debug, Deserialize, PartialEq, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramError {
+    /// The exception's class name, e.g. `ZeroDivisionError`.
+    pub kind: String,
+    /// The traceback, with only the program's own frames.
+    pub message: String,
+}
+
+/// A message to the runner.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToRunner<'a> {
+    Run { code: &'a str, tools: &'a [String], max_output_bytes: usize },
+    /// The answer to one `call` or `helper`: `value` (already-serialised JSON, passed through without another
+    /// parse) when `ok`, else `error`. Built with [`ToRunner::success`] and [`ToRunner::failure`].
+    Result {
+        id: u64,
+        ok: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        value: Option<&'a RawValue>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'a str>,
+    },
+}
+
+impl<'a> ToRunner<'a> {
+    pub fn success(id: u64, value: &'a RawValue) -> Self {
+        ToRunner::Result { id, ok: true, value: Some(value), error: None }
+    }
+
+    pub fn failure(id: u64, error: &'a str) -> Self {
+        ToRunner::Result { id, ok: false, value: None, error: Some(error) }
+    }
+
+    /// The message as one protocol line, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(self).expect("protocol messages always serialise");
+        line.push(b'\n');
+        line
+    }
+}
+
+impl FromRunner {
+    pub fn parse(line: &[u8]) -> Result<FromRunner, serde_json::Error> {
+        serde_json::from_slice(line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn runner_messages_parse_into_their_variants() {
+        let cases = [
+            (r#"{"type":"ready","version":1}"#, FromRunner::Ready { version: 1 }),
+            (r#"{"type":"output","data":"hi\n"}"#, FromRunner::Output { data: "hi\n".into() }),
+            (
+                r#"{"type":"call","id":3,"tool":"mcp__a__b","args":{"x":1}}"#,
+                FromRunner::Call { id: 3, tool: "mcp__a__b".into(), args: json!({"x": 1}).as_object().unwrap().clone() },
+            ),
+            (r#"{"type":"emit","value":[1,2]}"#, FromRunner::Emit { value: json!([1, 2]) }),
+            (r#"{"type":"done","error":null}"#, FromRunner::Done { error: None }),
+            (
+                r#"{"type":"done","error":{"kind":"ValueError","message":"ValueError: x"}}"#,
+                FromRunner::Done {
+                    error: Some(ProgramError { kind: "ValueError".into(), message: "ValueError: x".into() }),
+                },
+            ),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(FromRunner::parse(line.as_bytes()).unwrap(), expected, "{line}");
+        }
+    }
+
+    #[test]
+    fn malformed_runner_lines_are_rejected() {
+        for line in [
+            "not json",
+            r#"{"type":"nope"}"#,
+            r#"{"type":"call","id":1,"tool":"t","args":[1]}"#,
+            r#"{"type":"call","id":-1,"tool":"t","args":{}}"#,
+            r#"{"type":"ready","version":1,"extra":true}"#,
+        ] {
+            assert!(FromRunner::parse(line.as_bytes()).is_err(), "{line}");
+        }
+    }
+
+    #[test]
+    fn server_messages_have_the_documented_shape() {
+        let tools = vec!["mcp__a__b".to_string()];
+        let run = ToRunner::Run { code: "print(1)", tools: &tools, max_output_bytes: 10 };
+        assert_eq!(
+            run.to_line(),
+            b"{\"type\":\"run\",\"code\":\"print(1)\",\"tools\":[\"mcp__a__b\"],\"max_output_bytes\":10}\n"
+        );
+        let value = RawValue::from_string("{\"k\": 1}".into()).unwrap();
+        let ok = ToRunner::success(7, &value);
+        assert_eq!(ok.to_line(), b"{\"type\":\"result\",\"id\":7,\"ok\":true,\"value\":{\"k\": 1}}\n");
+        let err = ToRunner::failure(8, "boom");
+        assert_eq!(err.to_line(), b"{\"type\":\"result\",\"id\":8,\"ok\":false,\"error\":\"boom\"}\n");
+    }
+}

@@ -1,0 +1,385 @@
+"""ptc-mcp runner: runs ONE model-written Python program and talks to the server (protocol v1, PROTOCOL.md).
+
+Started as `python3 -I -S -c <this source>` (no __file__, no site-packages) in a scratch dir, possibly before
+its program is known, so everything is imported up front and the runner waits warm for its `run` message.
+
+Design:
+* The channel is private. Fds 0/1 are duplicated to non-inheritable fds before the program exists; fd 0 then
+  reads /dev/null and fds 1/2 feed a pipe drained by a daemon thread that turns whatever arrives into `output`
+  messages. So print, os.write(1, ...), C extensions and child processes never write a channel line; only a
+  deliberate write to the private fd could (the server distrusts every line anyway). The runner writes whole
+  lines under one lock, and nothing after its `done`.
+* Requests (`call`, `helper`) get ids from one counter; a daemon reader thread routes each `result` to the
+  waiter registered under its id: an asyncio future (tools) or a threading.Event (synchronous helpers).
+  EOF on the channel means the server is gone: the process leaves at once with os._exit.
+* The program gets a fresh `__main__` module as its globals. Runner state lives in closures and the Channel
+  object, never under a name in those globals.
+* The runner only keeps the channel clean: the server enforces every limit (time, calls, output) itself.
+"""
+import ast
+import asyncio
+import builtins
+import codecs
+import itertools
+import json
+import linecache
+import os
+import sys
+import threading
+import traceback
+import types
+
+PROTOCOL_VERSION = 1
+PROGRAM = "<program>"  # filename of the program's code: the only frames tracebacks show
+READ_CHUNK = 65536
+ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+class ToolError(Exception):
+    """A tool call or helper failed; str(error) is the server's message."""
+
+
+# The program sees ToolError as one of its own names; "__main__" also makes tracebacks read "ToolError: ...".
+ToolError.__module__ = "__main__"
+
+
+class Channel:
+    """The line-oriented JSON channel to the server, on private fds."""
+
+    def __init__(self, in_fd, out_fd):
+        self._in = os.fdopen(in_fd, "rb")  # buffered: readline
+        self._out = out_fd
+        self._write_lock = threading.Lock()
+        self._closed = False  # set by the final `done`: nothing may follow it
+        self._pending_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending = {}  # request id -> deliver(result message), called on the reader thread
+
+    def send(self, message, last=False):
+        # "replace" only matters for lone surrogates in diagnostics; program values are checked strictly.
+        data = memoryview((ENCODER.encode(message) + "\n").encode("utf-8", "replace"))
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = last
+            try:
+                while data:
+                    data = data[os.write(self._out, data):]
+            except OSError:
+                os._exit(0)  # the server is gone
+
+    def receive(self):
+        line = self._in.readline()
+        if not line:
+            os._exit(0)  # EOF: the server is gone, never outlive it
+        return json.loads(line)
+
+    def open_request(self, deliver):
+        """Reserve the next id; its result goes to deliver(message). Register before sending: no race."""
+        with self._pending_lock:
+            request_id = next(self._ids)
+            self._pending[request_id] = deliver
+        return request_id
+
+    def close_request(self, request_id):
+        with self._pending_lock:
+            self._pending.pop(request_id, None)
+
+    def serve_results(self):
+        """Reader thread: route `result` messages to their waiters; ignore anything else."""
+        while True:
+            try:
+                message = self.receive()
+                request_id = message["id"] if message.get("type") == "result" else None
+            except Exception:  # malformed line: never let the reader thread die
+                continue
+            with self._pending_lock:
+                deliver = self._pending.pop(request_id, None) if type(request_id) is int else None
+            if deliver is not None:
+                deliver(message)
+
+
+def take_over_fds():
+    """Move the channel off fds 0/1 and send everything written to fds 1/2 into a pipe we drain."""
+    in_fd, out_fd = os.dup(0), os.dup(1)
+    os.set_inheritable(in_fd, False)  # os.dup already does this; be explicit, children must not inherit
+    os.set_inheritable(out_fd, False)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    os.close(write_end)  # only fds 1/2 may hold the write end, so pointing them away gives the drain EOF
+    os.close(null)
+    sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
+    streams = [open(fd, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+               for fd in (1, 2)]
+    sys.stdout = sys.__stdout__ = streams[0]
+    sys.stderr = sys.__stderr__ = streams[1]
+    return Channel(in_fd, out_fd), read_end, streams
+
+
+def pump_output(channel, fd, limit):
+    """Output thread: forward fd's bytes as `output` until EOF. Past the cap keep draining so writers never block."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # keeps split multi-byte chars
+    forwarded = 0
+    while True:
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except OSError:  # e.g. the program closed our fd
+            chunk = b""
+        if forwarded <= limit:  # stop once MORE than limit went out, so the server can tell it was cut
+            text = decoder.decode(chunk, final=not chunk)
+            if text:
+                channel.send({"type": "output", "data": text})
+            forwarded += len(chunk)
+        if not chunk:
+            return
+
+
+def parse_run(message):
+    if type(message) is not dict:
+        raise ValueError("expected a JSON object")
+    code, tools, limit = message.get("code"), message.get("tools"), message.get("max_output_bytes")
+    if (message.get("type") != "run" or type(code) is not str or type(tools) is not list
+            or not all(type(t) is str for t in tools) or type(limit) is not int or limit < 0):
+        raise ValueError("expected {type: run, code: str, tools: [str], max_output_bytes: int >= 0}")
+    return code, tools, limit
+
+
+def to_json(value, what):
+    """Snapshot value as plain JSON data (the program can't change or run code in what is sent) + its size."""
+    try:
+        text = ENCODER.encode(value)
+        size = len(text.encode("utf-8"))  # lone surrogates are not valid JSON text
+        return json.loads(text), size
+    except (TypeError, ValueError, RecursionError) as e:
+        raise TypeError(f"{what} must be JSON-serialisable: {e}") from None
+
+
+def keyword_args(name, args, kwargs):
+    if args:
+        raise TypeError(f"{name}() takes keyword arguments only")
+    return to_json(kwargs, f"{name}(): arguments")[0]
+
+
+def unwrap(result):
+    if result.get("ok") is True:
+        return result.get("value")
+    raise ToolError(str(result.get("error", "failed without a message")))
+
+
+class _ReadyAwaitable:
+    """`await x` gives x back at once, so helpers work both with and without await."""
+    __slots__ = ()
+
+    def __await__(self):
+        return self
+        yield  # unreachable; makes __await__ a generator
+
+
+class HelperList(_ReadyAwaitable, list):
+    __slots__ = ()
+
+
+class HelperDict(_ReadyAwaitable, dict):
+    __slots__ = ()
+
+
+def make_tool(channel, name):
+    async def tool(*args, **kwargs):
+        arguments = keyword_args(name, args, kwargs)
+        loop = asyncio.get_running_loop()  # whichever loop awaits us: top-level or the program's asyncio.run
+        future = loop.create_future()
+
+        def settle(result):
+            if not future.done():  # the program may have cancelled the call
+                future.set_result(result)
+
+        def deliver(result):  # reader thread
+            try:
+                loop.call_soon_threadsafe(settle, result)
+            except RuntimeError:  # that loop is closed: nobody waits any more
+                pass
+
+        request_id = channel.open_request(deliver)
+        try:
+            channel.send({"type": "call", "id": request_id, "tool": name, "args": arguments})
+            result = await future
+        finally:
+            channel.close_request(request_id)
+        return unwrap(result)
+
+    tool.__name__ = tool.__qualname__ = name
+    tool.__doc__ = (f"Call the MCP tool {name} (await it; keyword arguments only). "
+                    "Returns its result; raises ToolError if the call fails.")
+    return tool
+
+
+def make_helper(channel, name, doc):
+    def helper(*args, **kwargs):
+        arguments = keyword_args(name, args, kwargs)
+        arrived, box = threading.Event(), []
+
+        def deliver(result):  # reader thread
+            box.append(result)
+            arrived.set()
+
+        request_id = channel.open_request(deliver)
+        try:
+            channel.send({"type": "helper", "id": request_id, "name": name, "args": arguments})
+            arrived.wait()  # synchronous by design; channel EOF ends the process instead
+        finally:
+            channel.close_request(request_id)
+        value = unwrap(box[0])
+        return HelperList(value) if type(value) is list else HelperDict(value) if type(value) is dict else value
+
+    helper.__name__ = helper.__qualname__ = name
+    helper.__doc__ = doc + " Keyword arguments only; works with or without await; raises ToolError on failure."
+    return helper
+
+
+def make_emit(channel, limit):
+    def emit(value):
+        """Report value (JSON-serialisable) as the program's result; the last call wins."""
+        data, size = to_json(value, "emit(): value")
+        if size > limit:
+            raise ValueError(f"emit(): value is {size} bytes as JSON, over the limit of {limit} bytes")
+        channel.send({"type": "emit", "value": data})
+
+    return emit
+
+
+def make_globals(channel, tools, limit):
+    """A fresh __main__ module for the program (so pickle, dataclasses, `import __main__` see the program)."""
+    module = types.ModuleType("__main__")
+    sys.modules["__main__"] = module
+    namespace = module.__dict__
+    namespace["__builtins__"] = builtins
+    for name in tools:
+        namespace[name] = make_tool(channel, name)
+    namespace.update(
+        ToolError=ToolError,
+        emit=make_emit(channel, limit),
+        list_callable_tools=make_helper(channel, "list_callable_tools", "List the tools this program may call."),
+        inspect_tool=make_helper(channel, "inspect_tool", "Describe one tool: inspect_tool(tool_name=...)."),
+        server_status=make_helper(channel, "server_status", "Report the server's status and budgets."),
+    )
+    return namespace
+
+
+def run_program(code, namespace):
+    """Run the program; return None on success, else the `done` error object."""
+    register_source(code)
+    try:
+        compiled = compile(code, PROGRAM, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        result = eval(compiled, namespace)
+        if asyncio.iscoroutine(result):  # the program uses top-level await
+            run_coroutine(result)
+    except SystemExit as e:
+        if e.code is None or (type(e.code) in (int, bool) and e.code == 0):
+            return None
+        return describe(e, code)
+    except BaseException as e:  # KeyboardInterrupt & co. are program errors too
+        return describe(e, code)
+    return None
+
+
+def run_coroutine(coroutine):
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(coroutine)
+    finally:
+        try:  # leftover tasks get one short chance to finish cancelling, then the loop is gone
+            leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.wait(leftovers, timeout=0.1))
+            loop.close()
+        except BaseException:
+            pass
+        asyncio.set_event_loop(None)
+
+
+def register_source(code):
+    # linecache can't read "<program>" from disk; an entry with mtime None is never invalidated.
+    linecache.cache[PROGRAM] = (len(code), None, code.splitlines(True), PROGRAM)
+
+
+def describe(exc, code):
+    register_source(code)  # the program may have cleared linecache
+    try:
+        message = format_chain(exc, set())
+    except BaseException:  # hostile __str__ and the like: still say what it was
+        message = f"{type(exc).__name__}: <unprintable>\n"
+    return {"kind": type(exc).__name__, "message": message}
+
+
+def format_chain(exc, seen):
+    """Like traceback.format_exception, oldest first, but showing only the program's frames."""
+    parts = []
+    while True:
+        seen.add(id(exc))
+        parts.append(format_one(exc, seen))
+        if exc.__cause__ is not None:
+            link, following = CAUSE, exc.__cause__
+        elif exc.__context__ is not None and not exc.__suppress_context__:
+            link, following = CONTEXT, exc.__context__
+        else:
+            break
+        if id(following) in seen:
+            break
+        parts.append(link)
+        exc = following
+    return "".join(reversed(parts))
+
+
+def format_one(exc, seen):
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == PROGRAM]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.StackSummary.from_list(frames).format()
+    lines += traceback.format_exception_only(type(exc), exc)  # also renders SyntaxError with its caret
+    if isinstance(exc, BaseExceptionGroup):  # e.g. asyncio.TaskGroup: show what actually failed
+        for number, sub in enumerate(exc.exceptions, 1):
+            lines.append(f"  [sub-exception {number} of {len(exc.exceptions)}]\n")
+            lines += ["    " + line for line in format_chain(sub, seen).splitlines(True)]
+    return "".join(lines)
+
+
+def finish(channel, pump, streams, error):
+    """Flush program output, let the drain see EOF (briefly: the program may hold a dup of fd 1), send done."""
+    for stream in (sys.stdout, sys.stderr, *streams):
+        try:
+            stream.flush()
+        except BaseException:  # closed, replaced or hostile streams
+            pass
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    pump.join(0.5)
+    channel.send({"type": "done", "error": error}, last=True)
+    os._exit(0)  # never wait for threads the program left behind
+
+
+def main():
+    channel, output_fd, streams = take_over_fds()
+    channel.send({"type": "ready", "version": PROTOCOL_VERSION})
+    try:
+        code, tools, limit = parse_run(channel.receive())
+    except Exception as e:
+        channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
+                     last=True)
+        os._exit(0)
+    # Threads start only now: the cap is known, and output written earlier simply waits in the pipe.
+    pump = threading.Thread(target=pump_output, args=(channel, output_fd, limit), name="ptc-output", daemon=True)
+    pump.start()
+    threading.Thread(target=channel.serve_results, name="ptc-reader", daemon=True).start()
+    error = run_program(code, make_globals(channel, tools, limit))
+    finish(channel, pump, streams, error)
+
+
+main()

@@ -1,0 +1,44 @@
+use async_trait::async_trait;
+
+use crate::{Availability, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
+
+/// A backend kind this build cannot provide. It reports why, so the server can refuse runs with a clear
+/// reason instead of falling back to a weaker sandbox.
+pub struct UnbuiltBackend {
+    kind: SandboxKind,
+}
+
+impl UnbuiltBackend {
+    pub fn new(kind: SandboxKind) -> Self {
+        UnbuiltBackend { kind }
+    }
+
+    fn reason(&self) -> String {
+        match self.kind {
+            SandboxKind::Seatbelt if !cfg!(target_os = "macos") => {
+                "seatbelt needs macOS (/usr/bin/sandbox-exec); on this OS set execution.sandbox to landlock, \
+                 docker or none"
+                    .to_string()
+            }
+            kind => format!(
+                "the {kind} backend is not part of this build of ptc-mcp yet; set execution.sandbox: none to run \
+                 programs without OS isolation (see the README's sandbox table)"
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl SandboxBackend for UnbuiltBackend {
+    fn kind(&self) -> SandboxKind {
+        self.kind
+    }
+
+    async fn probe(&self) -> Availability {
+        Availability::Unavailable { reason: self.reason() }
+    }
+
+    async fn spawn(&self, _request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
+        Err(SpawnError::Unavailable { kind: self.kind, reason: self.reason() })
+    }
+}

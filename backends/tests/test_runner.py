@@ -1,0 +1,550 @@
+"""Tests for backends/src/runner.py: this file plays the server and checks the protocol (PROTOCOL.md).
+
+Run with: python3 -m unittest discover -s backends/tests -v
+"""
+import json
+import pathlib
+import queue
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import unittest
+
+RUNNER_SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src" / "runner.py").read_text("utf-8")
+MESSAGE_TYPES = {"ready", "output", "call", "helper", "emit", "done"}
+
+
+class Runner:
+    """One runner process, started exactly as a backend does, with line-level access to its channel."""
+
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", RUNNER_SOURCE],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={}, cwd=self.tmp.name,
+        )
+        self.lines = queue.Queue()
+        self.stderr = []
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=lambda: self.stderr.append(self.proc.stderr.read()), daemon=True).start()
+
+    def _read_stdout(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def recv(self, timeout=10):
+        """Next message (strictly one JSON object per line with a known type), or None at EOF."""
+        line = self.lines.get(timeout=timeout)
+        if line is None:
+            return None
+        assert line.endswith(b"\n"), line
+        message = json.loads(line.decode("utf-8"))
+        assert type(message) is dict and message.get("type") in MESSAGE_TYPES, message
+        return message
+
+    def send(self, message):
+        self.proc.stdin.write(json.dumps(message).encode("utf-8") + b"\n")
+        self.proc.stdin.flush()
+
+    def close(self):
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stderr.close()
+        self.tmp.cleanup()
+
+
+def ok(request, value):
+    return {"type": "result", "id": request["id"], "ok": True, "value": value}
+
+
+def fail(request, error):
+    return {"type": "result", "id": request["id"], "ok": False, "error": error}
+
+
+class RunnerTest(unittest.TestCase):
+    def start(self):
+        runner = Runner()
+        self.addCleanup(runner.close)
+        self.assertEqual(runner.recv(), {"type": "ready", "version": 1})
+        return runner
+
+    def run_program(self, code, tools=(), answer=None, max_output_bytes=65536, runner=None):
+        """Run code to its end. answer(request) returns the result message, or None to answer later by hand.
+        Returns every message after `ready` up to `done`; asserts nothing follows `done` and the exit is 0."""
+        runner = runner or self.start()
+        runner.send({"type": "run", "code": textwrap.dedent(code), "tools": list(tools),
+                     "max_output_bytes": max_output_bytes})
+        messages = []
+        while True:
+            message = runner.recv(timeout=15)
+            self.assertIsNotNone(message, f"EOF before done; got {messages}, stderr {runner.stderr}")
+            messages.append(message)
+            if message["type"] == "done":
+                break
+            if message["type"] in ("call", "helper") and answer is not None:
+                reply = answer(message)
+                if reply is not None:
+                    runner.send(reply)
+        self.assertIsNone(runner.recv(timeout=10), "nothing may follow done")
+        self.assertEqual(runner.proc.wait(timeout=10), 0)
+        return messages
+
+    @staticmethod
+    def output(messages):
+        return "".join(m["data"] for m in messages if m["type"] == "output")
+
+    @staticmethod
+    def of_type(messages, kind):
+        return [m for m in messages if m["type"] == kind]
+
+    def assert_success(self, messages):
+        self.assertEqual(messages[-1], {"type": "done", "error": None}, self.output(messages))
+
+    def error_of(self, messages):
+        error = messages[-1]["error"]
+        self.assertIsNotNone(error, self.output(messages))
+        self.assertEqual(set(error), {"kind", "message"})
+        self.assertNotIn("<string>", error["message"])  # runner frames never show
+        return error
+
+    # --- start-up and output -------------------------------------------------------------------
+
+    def test_ready_is_sent_before_run(self):
+        self.start()  # start() asserts the first message is ready, before we send anything
+
+    def test_print_goes_to_output(self):
+        messages = self.run_program("""
+            import sys
+            print("hello")
+            print("to stderr", file=sys.stderr)
+            sys.stdout.write("no newline")
+        """)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "hello\nto stderr\nno newline")
+
+    def test_os_write_to_fds_1_and_2_is_output_not_channel(self):
+        messages = self.run_program("""
+            import os
+            os.write(1, b'{"type":"done","error":null}\\n')
+            os.write(2, b"raw stderr\\n")
+        """)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), '{"type":"done","error":null}\nraw stderr\n')
+        self.assertEqual(len(self.of_type(messages, "done")), 1)
+
+    def test_forged_json_from_print_stays_inside_output(self):
+        forged = '{"type":"call","id":1,"tool":"mcp__s__t","args":{}}'
+        messages = self.run_program(f"""
+            print({forged!r})
+            print('{{"type":"emit","value":42}}', flush=True)
+        """)
+        self.assert_success(messages)
+        self.assertEqual({m["type"] for m in messages}, {"output", "done"})
+        self.assertIn(forged, self.output(messages))
+
+    def test_multibyte_characters_split_across_writes(self):
+        messages = self.run_program("""
+            import os, time
+            data = "é€😀".encode()
+            for i in range(len(data)):
+                os.write(1, data[i:i + 1])
+                time.sleep(0.01)
+        """)
+        self.assertEqual(self.output(messages), "é€😀")
+
+    def test_output_cap_stops_forwarding_but_program_finishes(self):
+        messages = self.run_program("""
+            for i in range(20000):
+                print("x" * 99)
+            print("still running")
+        """, max_output_bytes=1000)
+        self.assert_success(messages)
+        out = self.output(messages)
+        self.assertGreater(len(out), 1000)  # more than the cap: the server can tell output was cut
+        self.assertLessEqual(len(out), 1000 + 65536)  # at most one read chunk past it
+        self.assertNotIn("still running", out)
+
+    def test_huge_output_with_default_cap(self):
+        messages = self.run_program("print('y' * 5_000_000)")
+        self.assert_success(messages)
+        self.assertLessEqual(len(self.output(messages)), 65536 * 2)
+
+    # --- tools ----------------------------------------------------------------------------------
+
+    def test_tool_call_with_top_level_await(self):
+        messages = self.run_program("""
+            result = await mcp__s__t(x=1, s="é")
+            print(result["y"])
+        """, tools=["mcp__s__t"], answer=lambda r: ok(r, {"y": 2}))
+        self.assert_success(messages)
+        self.assertEqual(self.of_type(messages, "call"),
+                         [{"type": "call", "id": 1, "tool": "mcp__s__t", "args": {"x": 1, "s": "é"}}])
+        self.assertEqual(self.output(messages), "2\n")
+
+    def test_tool_error_can_be_caught(self):
+        messages = self.run_program("""
+            try:
+                await mcp__s__t()
+            except ToolError as e:
+                print("caught:", e, isinstance(e, Exception))
+        """, tools=["mcp__s__t"], answer=lambda r: fail(r, "boom"))
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "caught: boom True\n")
+
+    def test_uncaught_tool_error(self):
+        messages = self.run_program("""
+            x = 1
+            await mcp__s__t(q="a")
+        """, tools=["mcp__s__t"], answer=lambda r: fail(r, "no such thing"))
+        error = self.error_of(messages)
+        self.assertEqual(error["kind"], "ToolError")
+        self.assertEqual(error["message"], 'Traceback (most recent call last):\n'
+                                           '  File "<program>", line 3, in <module>\n'
+                                           '    await mcp__s__t(q="a")\n'
+                                           'ToolError: no such thing\n')
+
+    def test_positional_arguments_are_rejected(self):
+        messages = self.run_program("await mcp__s__t(1)", tools=["mcp__s__t"])
+        error = self.error_of(messages)
+        self.assertEqual(error["kind"], "TypeError")
+        self.assertTrue(error["message"].endswith("TypeError: mcp__s__t() takes keyword arguments only\n"))
+        self.assertEqual(self.of_type(messages, "call"), [])
+
+    def test_arguments_must_be_json_serialisable(self):
+        messages = self.run_program("""
+            for bad in (object(), float("nan"), "\\udcff"):
+                try:
+                    await mcp__s__t(x=bad)
+                except TypeError as e:
+                    print(e)
+        """, tools=["mcp__s__t"])
+        self.assert_success(messages)
+        lines = self.output(messages).splitlines()
+        self.assertEqual(len(lines), 3)
+        for line in lines:
+            self.assertTrue(line.startswith("mcp__s__t(): arguments must be JSON-serialisable: "), line)
+        self.assertEqual(self.of_type(messages, "call"), [])
+
+    def test_concurrent_calls_answered_out_of_order(self):
+        runner = self.start()
+        held = []
+
+        def answer(request):  # hold the first two, then answer all three in reverse order
+            held.append(request)
+            if len(held) < 3:
+                return None
+            for r in reversed(held[:2]):
+                runner.send(ok(r, r["args"]["n"] * 10))
+            return ok(request, request["args"]["n"] * 10)
+
+        messages = self.run_program("""
+            import asyncio
+            print(await asyncio.gather(mcp__s__t(n=1), mcp__s__t(n=2), mcp__s__u(n=3)))
+        """, tools=["mcp__s__t", "mcp__s__u"], answer=answer, runner=runner)
+        self.assert_success(messages)
+        self.assertEqual([c["id"] for c in self.of_type(messages, "call")], [1, 2, 3])
+        self.assertEqual(self.output(messages), "[10, 20, 30]\n")
+
+    def test_tools_work_from_sync_code_and_threads_via_asyncio_run(self):
+        messages = self.run_program("""
+            import asyncio, threading
+            print(asyncio.run(mcp__s__t(n=1)))
+            box = []
+            thread = threading.Thread(target=lambda: box.append(asyncio.run(mcp__s__t(n=2))))
+            thread.start(); thread.join()
+            print(box)
+        """, tools=["mcp__s__t"], answer=lambda r: ok(r, r["args"]["n"]))
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "1\n[2]\n")
+
+    def test_cancelled_call_ignores_its_late_result(self):
+        def answer(request):
+            time.sleep(0.2)  # answer after the program gave up on the call
+            return ok(request, "late")
+
+        messages = self.run_program("""
+            import asyncio
+            try:
+                await asyncio.wait_for(mcp__s__t(), 0.01)
+            except TimeoutError:
+                print("timed out")
+            await asyncio.sleep(0.4)
+            print("still fine")
+        """, tools=["mcp__s__t"], answer=answer)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "timed out\nstill fine\n")
+
+    def test_tool_function_identity(self):
+        messages = self.run_program("""
+            import inspect
+            print(mcp__s__t.__name__, mcp__s__t.__qualname__, inspect.iscoroutinefunction(mcp__s__t))
+            print(bool(mcp__s__t.__doc__), ToolError.__name__)
+        """, tools=["mcp__s__t"])
+        self.assertEqual(self.output(messages), "mcp__s__t mcp__s__t True\nTrue ToolError\n")
+
+    # --- emit and helpers -----------------------------------------------------------------------
+
+    def test_emit_sends_each_value_in_order(self):
+        messages = self.run_program("""
+            emit(1)
+            emit({"a": [1, 2.5, None, "é"]})
+            for bad in (object(), float("inf")):
+                try:
+                    emit(bad)
+                except TypeError as e:
+                    print("TypeError", "emit" in str(e))
+            try:
+                emit("z" * 200)
+            except ValueError as e:
+                print("ValueError", e)
+        """, max_output_bytes=100)
+        self.assert_success(messages)
+        self.assertEqual([m["value"] for m in self.of_type(messages, "emit")], [1, {"a": [1, 2.5, None, "é"]}])
+        self.assertEqual(self.output(messages).splitlines()[:2], ["TypeError True", "TypeError True"])
+        self.assertIn("ValueError emit(): value is 202 bytes", self.output(messages))
+
+    def test_helpers_sync_and_awaited(self):
+        def answer(request):
+            self.assertEqual(request["type"], "helper")
+            if request["name"] == "list_callable_tools":
+                return ok(request, ["mcp__s__t"])
+            if request["name"] == "inspect_tool":
+                if request["args"] == {"tool_name": "missing"}:
+                    return fail(request, "unknown tool")
+                return ok(request, {"name": request["args"]["tool_name"]})
+            return ok(request, {"calls_left": 5})
+
+        messages = self.run_program("""
+            a = list_callable_tools()
+            b = await list_callable_tools()
+            c = inspect_tool(tool_name="mcp__s__t")
+            d = await server_status()
+            print(a, b, c, d, a == ["mcp__s__t"], isinstance(d, dict))
+            try:
+                inspect_tool(tool_name="missing")
+            except ToolError as e:
+                print("ToolError", e)
+            try:
+                inspect_tool("mcp__s__t")
+            except TypeError as e:
+                print(e)
+        """, answer=answer)
+        self.assert_success(messages)
+        helpers = self.of_type(messages, "helper")
+        self.assertEqual([h["id"] for h in helpers], [1, 2, 3, 4, 5])
+        self.assertEqual(helpers[2], {"type": "helper", "id": 3, "name": "inspect_tool",
+                                      "args": {"tool_name": "mcp__s__t"}})
+        self.assertEqual(self.output(messages),
+                         "['mcp__s__t'] ['mcp__s__t'] {'name': 'mcp__s__t'} {'calls_left': 5} True True\n"
+                         "ToolError unknown tool\n"
+                         "inspect_tool() takes keyword arguments only\n")
+
+    def test_calls_and_helpers_share_one_id_sequence(self):
+        messages = self.run_program("""
+            await mcp__s__t()
+            list_callable_tools()
+            await mcp__s__t()
+        """, tools=["mcp__s__t"], answer=lambda r: ok(r, []))
+        self.assert_success(messages)
+        self.assertEqual([(m["type"], m["id"]) for m in messages if "id" in m],
+                         [("call", 1), ("helper", 2), ("call", 3)])
+
+    def test_program_globals_hold_no_runner_state(self):
+        messages = self.run_program("""
+            import __main__
+            print(sorted(k for k in globals() if not k.startswith("__")))
+            print(__name__, __main__.__dict__ is globals(), __builtins__.__name__)
+        """, tools=["mcp__s__t"])
+        self.assertEqual(self.output(messages),
+                         "['ToolError', 'emit', 'inspect_tool', 'list_callable_tools', 'mcp__s__t', "
+                         "'server_status']\n__main__ True builtins\n")
+
+    # --- errors ---------------------------------------------------------------------------------
+
+    def test_traceback_shows_only_program_frames(self):
+        messages = self.run_program("""
+            import json
+
+            def parse(text):
+                return json.loads(text)
+
+            parse("{nope")
+        """)
+        error = self.error_of(messages)
+        self.assertEqual(error["kind"], "JSONDecodeError")
+        self.assertEqual(error["message"],
+                         'Traceback (most recent call last):\n'
+                         '  File "<program>", line 7, in <module>\n'
+                         '    parse("{nope")\n'
+                         '  File "<program>", line 5, in parse\n'
+                         '    return json.loads(text)\n'
+                         '           ^^^^^^^^^^^^^^^^\n'
+                         'json.decoder.JSONDecodeError: Expecting property name enclosed in double quotes: '
+                         'line 1 column 2 (char 1)\n')
+
+    def test_chained_exceptions_are_filtered_too(self):
+        messages = self.run_program("""
+            try:
+                {}["k"]
+            except KeyError as e:
+                raise RuntimeError("wrapped") from e
+        """)
+        message = self.error_of(messages)["message"]
+        self.assertIn("KeyError: 'k'\n\nThe above exception was the direct cause", message)
+        self.assertTrue(message.endswith('line 5, in <module>\n    raise RuntimeError("wrapped") from e\n'
+                                         'RuntimeError: wrapped\n'), message)
+
+    def test_exception_group_lists_sub_exceptions(self):
+        messages = self.run_program("""
+            import asyncio
+            async with asyncio.TaskGroup() as group:
+                group.create_task(mcp__s__t())
+        """, tools=["mcp__s__t"], answer=lambda r: fail(r, "down"))
+        error = self.error_of(messages)
+        self.assertEqual(error["kind"], "ExceptionGroup")
+        self.assertIn("ToolError: down", error["message"])
+
+    def test_syntax_error(self):
+        messages = self.run_program("x = 1\ny = (\n")
+        error = self.error_of(messages)
+        self.assertEqual(error["kind"], "SyntaxError")
+        self.assertTrue(error["message"].startswith('  File "<program>", line 2\n'), error["message"])
+        self.assertNotIn("Traceback", error["message"])
+        self.assertIn("SyntaxError: '(' was never closed", error["message"])
+
+    def test_sys_exit_zero_and_none_are_success(self):
+        for code in ("import sys; sys.exit(0)", "import sys; sys.exit()", "raise SystemExit",
+                     "import sys\nawait mcp__s__t()\nsys.exit(0)"):
+            with self.subTest(code=code):
+                self.assert_success(self.run_program(code, tools=["mcp__s__t"], answer=lambda r: ok(r, 1)))
+
+    def test_sys_exit_nonzero_is_an_error(self):
+        messages = self.run_program("""
+            import sys
+            print("bye")
+            sys.exit(3)
+        """)
+        error = self.error_of(messages)
+        self.assertEqual(error["kind"], "SystemExit")
+        self.assertTrue(error["message"].endswith("    sys.exit(3)\nSystemExit: 3\n"), error["message"])
+        self.assertEqual(self.output(messages), "bye\n")
+
+    def test_keyboard_interrupt_is_reported(self):
+        messages = self.run_program("raise KeyboardInterrupt")
+        self.assertEqual(self.error_of(messages)["kind"], "KeyboardInterrupt")
+
+    # --- hostile but harmless -------------------------------------------------------------------
+
+    def test_leftover_task_printing_after_end_adds_nothing_after_done(self):
+        messages = self.run_program("""
+            import asyncio
+            async def chatter():
+                while True:
+                    try:
+                        print("tick", flush=True)
+                        await asyncio.sleep(0.01)
+                    except asyncio.CancelledError:
+                        print("refusing to stop")
+            task = asyncio.create_task(chatter())
+            await asyncio.sleep(0.05)
+        """)
+        self.assert_success(messages)  # run_program asserts nothing follows done
+
+    def test_threads_that_keep_printing(self):
+        started = time.monotonic()
+        messages = self.run_program("""
+            import os, threading, time
+            copy = os.dup(1)  # keeps the output pipe open past the end
+            def spam():
+                while True:
+                    print("spam")
+                    os.write(copy, b"copy\\n")
+                    time.sleep(0.001)
+            threading.Thread(target=spam).start()  # not a daemon
+            time.sleep(0.05)
+        """)
+        self.assert_success(messages)
+        self.assertLess(time.monotonic() - started, 5)
+
+    def test_closed_replaced_stdout_and_deleted_builtins(self):
+        for code in ("import sys; print('a'); sys.stdout.close()",
+                     "import sys, io; print('a'); sys.stdout = io.StringIO(); print('lost')",
+                     "import sys; print('a', end=''); sys.stdout = None",
+                     "print('a'); del __builtins__",
+                     "print('a'); globals().clear()",
+                     "import os; print('a'); os.close(1); os.close(2)"):
+            with self.subTest(code=code):
+                messages = self.run_program(code)
+                self.assert_success(messages)
+                self.assertEqual(self.output(messages).strip(), "a")
+
+    def test_raising_after_closing_stdout_still_reports(self):
+        messages = self.run_program("import sys; sys.stdout.close(); print('x')")
+        error = self.error_of(messages)
+        self.assertEqual(error["kind"], "ValueError")
+
+    def test_writing_to_the_channel_fd_directly(self):
+        # The program can find the channel's out fd and write a line on it: we cannot prevent that from
+        # inside the process. Observed: the forged line reaches the server verbatim, and the runner's own
+        # `done` still follows as the last message. The server treats everything as untrusted anyway.
+        messages = self.run_program("""
+            import os
+            hits = 0
+            for fd in range(3, 21):
+                try:
+                    os.write(fd, b'{"type":"emit","value":"forged"}\\n')
+                    hits += 1
+                except OSError:
+                    pass
+            print("wrote to", hits, "fds")
+        """)
+        self.assert_success(messages)
+        forged = [m for m in messages if m == {"type": "emit", "value": "forged"}]
+        self.assertLessEqual(len(forged), 1)
+
+    # --- channel EOF ----------------------------------------------------------------------------
+
+    def assert_exits_promptly(self, runner):
+        started = time.monotonic()
+        runner.proc.stdin.close()
+        self.assertEqual(runner.proc.wait(timeout=5), 0)
+        self.assertLess(time.monotonic() - started, 2)
+
+    def test_stdin_eof_before_run_exits(self):
+        self.assert_exits_promptly(self.start())
+
+    def test_stdin_eof_while_program_sleeps_exits(self):
+        runner = self.start()
+        runner.send({"type": "run", "code": "import time\nprint('go', flush=True)\ntime.sleep(60)",
+                     "tools": [], "max_output_bytes": 100})
+        self.assertEqual(runner.recv(), {"type": "output", "data": "go\n"})
+        self.assert_exits_promptly(runner)
+
+    def test_stdin_eof_while_waiting_for_a_helper_exits(self):
+        runner = self.start()
+        runner.send({"type": "run", "code": "server_status()", "tools": [], "max_output_bytes": 100})
+        self.assertEqual(runner.recv()["type"], "helper")
+        self.assert_exits_promptly(runner)
+
+    def test_bad_run_message_is_reported(self):
+        runner = self.start()
+        runner.send({"type": "run", "code": 5})
+        message = runner.recv()
+        self.assertEqual(message["type"], "done")
+        self.assertEqual(message["error"]["kind"], "ProtocolError")
+        self.assertIsNone(runner.recv())
+
+
+if __name__ == "__main__":
+    unittest.main()

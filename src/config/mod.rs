@@ -1,0 +1,357 @@
+//! The YAML configuration: where it is found, its keys and defaults (those of the original ptc-mcp plus a
+//! few additions), and strict validation whose errors name the key and say what is expected.
+
+mod expand;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+pub use ptc_backends::{Limits, SandboxKind};
+use serde::Deserialize;
+
+use crate::naming::identifier_part;
+pub use expand::ExpandError;
+
+/// Environment variable naming the config file when `--config` is not given.
+pub const CONFIG_ENV: &str = "PTC_MCP_CONFIG";
+/// Looked for in the working directory when neither `--config` nor the variable is given.
+pub const DEFAULT_CONFIG_FILE: &str = "config.yaml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub servers: Vec<ServerConfig>,
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    #[serde(default)]
+    pub execution: ExecutionConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    #[default]
+    Stdio,
+    Http,
+    Sse,
+}
+
+impl TransportKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Stdio => "stdio",
+            TransportKind::Http => "http",
+            TransportKind::Sse => "sse",
+        }
+    }
+}
+
+/// One downstream MCP server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub name: String,
+    #[serde(default)]
+    pub transport: TransportKind,
+    /// `stdio`: the program to start, and its arguments.
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// `stdio`: extra environment of the server process (it gets only these plus a minimal safe set).
+    #[serde(default)]
+    pub env: BTreeMap<String, Scalar>,
+    /// `http` / `sse`: the endpoint, and extra request headers (e.g. `Authorization`).
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, Scalar>,
+}
+
+/// A YAML scalar taken as text, so `PORT: 8080` works as well as `PORT: "8080"`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Scalar {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl Scalar {
+    pub fn as_text(&self) -> String {
+        match self {
+            Scalar::Text(text) => text.clone(),
+            Scalar::Integer(n) => n.to_string(),
+            Scalar::Float(x) => x.to_string(),
+            Scalar::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Glob patterns on namespaced names; only matching tools are callable.
+    pub allow: Option<Vec<String>>,
+    /// Glob patterns on namespaced names; matching tools are hidden.
+    pub block: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceMode {
+    #[default]
+    Summary,
+    Off,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutionConfig {
+    pub timeout_seconds: f64,
+    pub max_output_bytes: usize,
+    pub sandbox: SandboxKind,
+    /// Interpreter for the host backends: a name looked up on PATH, or a path.
+    pub python: String,
+    pub max_tool_calls: usize,
+    pub max_concurrent_calls: usize,
+    pub tool_call_timeout_seconds: f64,
+    pub trace: TraceMode,
+    pub max_tool_result_bytes: usize,
+    pub limits: Limits,
+}
+
+impl Default for ExecutionConfig {
+    fn default() -> Self {
+        ExecutionConfig {
+            timeout_seconds: 120.0,
+            max_output_bytes: 65536,
+            sandbox: SandboxKind::Auto,
+            python: "python3".to_string(),
+            max_tool_calls: 100,
+            max_concurrent_calls: 8,
+            tool_call_timeout_seconds: 60.0,
+            trace: TraceMode::Summary,
+            max_tool_result_bytes: 16 * 1024 * 1024,
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl ExecutionConfig {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout_seconds)
+    }
+
+    pub fn tool_call_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.tool_call_timeout_seconds)
+    }
+}
+
+/// Where the config came from, for the start-up log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    File(PathBuf),
+    /// No `--config`, no `$PTC_MCP_CONFIG` and no `./config.yaml`: the empty config.
+    Defaults,
+}
+
+impl Config {
+    /// Loads the config: `explicit` (from `--config`), else `$PTC_MCP_CONFIG`, else `./config.yaml`. Only the
+    /// last may be missing (then the defaults apply); a named file that does not exist is an error.
+    pub fn load(explicit: Option<&Path>) -> Result<(Config, ConfigSource), ConfigError> {
+        let named = explicit.map(Path::to_path_buf).or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
+        let path = match named {
+            Some(path) => path,
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => PathBuf::from(DEFAULT_CONFIG_FILE),
+            None => return Ok((Config::default(), ConfigSource::Defaults)),
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let lookup = |name: &str| std::env::var(name).ok();
+        let config = Config::parse(&text, &lookup).map_err(|message| ConfigError::Invalid {
+            path: path.display().to_string(),
+            message,
+        })?;
+        Ok((config, ConfigSource::File(path)))
+    }
+
+    /// Parses and validates config text, expanding `${VAR}` with `lookup`. The error is one line that names
+    /// the key.
+    pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        if document.is_null() {
+            return Ok(Config::default());
+        }
+        let mut config: Config = serde_path_to_error::deserialize(document).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
+        })?;
+        config.validate()?;
+        config.expand_variables(lookup)?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+        for (i, server) in self.servers.iter().enumerate() {
+            let key = format!("servers[{i}]");
+            server.validate(&key)?;
+            if let Some(other) = seen.insert(identifier_part(&server.name), &server.name) {
+                return Err(format!(
+                    "{key}.name: '{}' and '{other}' both map to the tool prefix 'mcp__{}__'; rename one",
+                    server.name,
+                    identifier_part(&server.name)
+                ));
+            }
+        }
+        if self.tools.allow.is_some() && self.tools.block.is_some() {
+            return Err("tools: 'allow' and 'block' are mutually exclusive; use one of them".to_string());
+        }
+        self.tools.filter()?;
+        self.execution.validate()
+    }
+
+    fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+        for server in &mut self.servers {
+            let name = server.name.clone();
+            let expand_one = |key: &str, text: &str| {
+                expand::expand(text, lookup).map_err(|e| format!("servers '{name}' {key}: {e}"))
+            };
+            if let Some(command) = &server.command {
+                server.command = Some(expand_one("command", command)?);
+            }
+            for arg in &mut server.args {
+                *arg = expand_one("args", arg)?;
+            }
+            if let Some(url) = &server.url {
+                server.url = Some(expand_one("url", url)?);
+            }
+            for (key, value) in server.env.iter_mut().chain(server.headers.iter_mut()) {
+                *value = Scalar::Text(expand_one(key, &value.as_text())?);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ServerConfig {
+    fn validate(&self, key: &str) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err(format!("{key}.name: must not be empty"));
+        }
+        let key = format!("{key} ('{}')", self.name);
+        let transport = self.transport.name();
+        match self.transport {
+            TransportKind::Stdio => {
+                if self.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
+                    return Err(format!("{key}.command: required for transport stdio"));
+                }
+                for (field, set) in [("url", self.url.is_some()), ("headers", !self.headers.is_empty())] {
+                    if set {
+                        return Err(format!("{key}.{field}: only for transports http and sse, not {transport}"));
+                    }
+                }
+            }
+            TransportKind::Http | TransportKind::Sse => {
+                if self.url.as_deref().is_none_or(|u| u.trim().is_empty()) {
+                    return Err(format!("{key}.url: required for transport {transport}"));
+                }
+                for (field, set) in
+                    [("command", self.command.is_some()), ("args", !self.args.is_empty()), ("env", !self.env.is_empty())]
+                {
+                    if set {
+                        return Err(format!("{key}.{field}: only for transport stdio, not {transport}"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which namespaced tools are callable, from `tools.allow` / `tools.block`.
+#[derive(Debug, Clone)]
+pub enum ToolFilter {
+    All,
+    Allow(GlobSet),
+    Block(GlobSet),
+}
+
+impl ToolFilter {
+    pub fn permits(&self, namespaced: &str) -> bool {
+        match self {
+            ToolFilter::All => true,
+            ToolFilter::Allow(set) => set.is_match(namespaced),
+            ToolFilter::Block(set) => !set.is_match(namespaced),
+        }
+    }
+}
+
+impl ToolsConfig {
+    pub fn filter(&self) -> Result<ToolFilter, String> {
+        let build = |key: &str, patterns: &[String]| {
+            let mut builder = GlobSetBuilder::new();
+            for (i, pattern) in patterns.iter().enumerate() {
+                let glob = Glob::new(pattern).map_err(|e| format!("tools.{key}[{i}]: bad glob '{pattern}': {e}"))?;
+                builder.add(glob);
+            }
+            builder.build().map_err(|e| format!("tools.{key}: {e}"))
+        };
+        match (&self.allow, &self.block) {
+            (Some(allow), _) => Ok(ToolFilter::Allow(build("allow", allow)?)),
+            (None, Some(block)) => Ok(ToolFilter::Block(build("block", block)?)),
+            (None, None) => Ok(ToolFilter::All),
+        }
+    }
+}
+
+impl ExecutionConfig {
+    fn validate(&self) -> Result<(), String> {
+        let positive_seconds = [
+            ("timeout_seconds", self.timeout_seconds),
+            ("tool_call_timeout_seconds", self.tool_call_timeout_seconds),
+        ];
+        for (key, value) in positive_seconds {
+            // Also bounds the value so Duration::from_secs_f64 cannot panic.
+            if !(value > 0.0 && value <= 86_400.0) {
+                return Err(format!("execution.{key}: must be a number of seconds above 0 and at most 86400, got {value}"));
+            }
+        }
+        let positive_counts = [
+            ("max_output_bytes", self.max_output_bytes as u64),
+            ("max_tool_calls", self.max_tool_calls as u64),
+            ("max_concurrent_calls", self.max_concurrent_calls as u64),
+            ("max_tool_result_bytes", self.max_tool_result_bytes as u64),
+            ("limits.memory_mb", self.limits.memory_mb),
+            ("limits.scratch_mb", self.limits.scratch_mb),
+            ("limits.open_files", self.limits.open_files),
+            ("limits.file_size_mb", self.limits.file_size_mb),
+        ];
+        for (key, value) in positive_counts {
+            if value == 0 {
+                return Err(format!("execution.{key}: must be at least 1"));
+            }
+        }
+        if self.python.trim().is_empty() {
+            return Err("execution.python: must name an interpreter (e.g. python3)".to_string());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+use super::*;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "FINANCIAL_DATA_API_KEY" => Some("key-123".into()),
+        "INTERNAL_TOKEN" => Some("tok".into()),
+        _ => None,
+    }
+}
+
+fn parse(text: &str) -> Result<Config, String> {
+    Config::parse(text, &env)
+}
+
+const SEED_EXAMPLE: &str = r#"
+servers:
+  - name: financial-data
+    transport: stdio
+    command: node
+    args: ["./financial-data-mcp/dist/index.js"]
+    env:
+      API_KEY: ${FINANCIAL_DATA_API_KEY}
+  - name: internal-apis
+    transport: http
+    url: "https://internal.example.com/mcp"
+    headers:
+      Authorization: "Bearer ${INTERNAL_TOKEN}"
+tools:
+  allow:
+    - "mcp__financial_data__*"
+execution:
+  timeout_seconds: 120
+  max_output_bytes: 65536
+  sandbox: seatbelt
+  max_tool_calls: 100
+  max_concurrent_calls: 8
+  tool_call_timeout_seconds: 60
+  trace: summary
+  max_tool_result_bytes: 16777216
+"#;
+
+#[test]
+fn the_original_readme_example_parses_with_variables_expanded() {
+    let config = parse(SEED_EXAMPLE).unwrap();
+    assert_eq!(config.servers.len(), 2);
+    assert_eq!(config.servers[0].env["API_KEY"], Scalar::Text("key-123".into()));
+    assert_eq!(config.servers[1].transport, TransportKind::Http);
+    assert_eq!(config.servers[1].headers["Authorization"], Scalar::Text("Bearer tok".into()));
+    assert_eq!(config.execution.sandbox, SandboxKind::Seatbelt);
+    let filter = config.tools.filter().unwrap();
+    assert!(filter.permits("mcp__financial_data__query_financials"));
+    assert!(!filter.permits("mcp__internal_apis__get_resource"));
+}
+
+#[test]
+fn an_empty_document_gives_the_seed_defaults() {
+    for text in ["", "# nothing\n", "servers: []\n"] {
+        let config = parse(text).unwrap();
+        assert!(config.servers.is_empty());
+        let e = &config.execution;
+        assert_eq!(e.timeout_seconds, 120.0);
+        assert_eq!(e.max_output_bytes, 65536);
+        assert_eq!(e.sandbox, SandboxKind::Auto);
+        assert_eq!(e.python, "python3");
+        assert_eq!(e.max_tool_calls, 100);
+        assert_eq!(e.max_concurrent_calls, 8);
+        assert_eq!(e.tool_call_timeout_seconds, 60.0);
+        assert_eq!(e.trace, TraceMode::Summary);
+        assert_eq!(e.max_tool_result_bytes, 16_777_216);
+        assert_eq!(e.limits, Limits { memory_mb: 1024, scratch_mb: 256, open_files: 256, file_size_mb: 64 });
+    }
+}
+
+#[test]
+fn errors_name_the_key_and_what_is_expected() {
+    let cases = [
+        ("execution:\n  timeout: 5\n", "execution.timeout: unknown field `timeout`, expected one of `timeout_seconds`"),
+        ("execution:\n  timeout_seconds: soon\n", "execution.timeout_seconds: invalid type"),
+        ("execution:\n  max_tool_calls: -1\n", "execution.max_tool_calls: invalid value"),
+        ("execution:\n  max_tool_calls: 0\n", "execution.max_tool_calls: must be at least 1"),
+        ("execution:\n  timeout_seconds: 0\n", "execution.timeout_seconds: must be a number of seconds above 0"),
+        ("execution:\n  limits:\n    memory_mb: 0\n", "execution.limits.memory_mb: must be at least 1"),
+        ("execution:\n  limits:\n    disk: 1\n", "execution.limits.disk: unknown field `disk`"),
+        ("execution:\n  sandbox: jail\n", "execution.sandbox: unknown variant `jail`"),
+        ("execution:\n  trace: full\n", "execution.trace: unknown variant `full`"),
+        ("servers:\n  - name: a\n    transport: stdio\n", "servers[0] ('a').command: required for transport stdio"),
+        ("servers:\n  - name: a\n    transport: http\n", "servers[0] ('a').url: required for transport http"),
+        ("servers:\n  - name: a\n    transport: sse\n    url: u\n    command: c\n", "servers[0] ('a').command: only for transport stdio"),
+        ("servers:\n  - name: a\n    command: c\n    url: u\n", "servers[0] ('a').url: only for transports http and sse"),
+        ("servers:\n  - name: a\n    command: c\n    colour: red\n", "servers[0].colour: unknown field `colour`"),
+        ("servers:\n  - name: ''\n    command: c\n", "servers[0].name: must not be empty"),
+        ("tools:\n  allow: ['a']\n  block: ['b']\n", "tools: 'allow' and 'block' are mutually exclusive"),
+        ("tools:\n  allow: ['a[']\n", "tools.allow[0]: bad glob 'a['"),
+        ("bogus: 1\n", "bogus: unknown field `bogus`"),
+    ];
+    for (text, expected) in cases {
+        let err = parse(text).unwrap_err();
+        assert!(err.starts_with(expected), "for {text:?}: got {err:?}, expected it to start with {expected:?}");
+        assert!(!err.contains('\n'), "one line only: {err:?}");
+    }
+}
+
+#[test]
+fn server_names_that_map_to_the_same_prefix_are_rejected() {
+    let text = "servers:\n  - name: a-b\n    command: x\n  - name: a_b\n    command: y\n";
+    assert_eq!(
+        parse(text).unwrap_err(),
+        "servers[1].name: 'a_b' and 'a-b' both map to the tool prefix 'mcp__a_b__'; rename one"
+    );
+}
+
+#[test]
+fn an_unset_variable_without_default_names_the_variable_and_the_server() {
+    let text = "servers:\n  - name: db\n    command: run\n    env:\n      PASSWORD: ${DB_PASSWORD}\n";
+    let err = parse(text).unwrap_err();
+    assert!(err.contains("DB_PASSWORD") && err.contains("'db'"), "{err}");
+}
+
+#[test]
+fn variables_expand_in_command_args_env_url_and_headers() {
+    let text = r#"
+servers:
+  - name: s
+    command: ${BIN:-/usr/bin/tool}
+    args: ["--key=${INTERNAL_TOKEN}", "plain $x"]
+    env: { PORT: 8080, DEBUG: true, KEY: "${FINANCIAL_DATA_API_KEY}" }
+  - name: h
+    transport: sse
+    url: "https://${HOST:-example.com}/sse"
+    headers: { X-Token: "${INTERNAL_TOKEN}" }
+"#;
+    let config = parse(text).unwrap();
+    let s = &config.servers[0];
+    assert_eq!(s.command.as_deref(), Some("/usr/bin/tool"));
+    assert_eq!(s.args, ["--key=tok", "plain $x"]);
+    assert_eq!(s.env["PORT"].as_text(), "8080");
+    assert_eq!(s.env["DEBUG"].as_text(), "true");
+    assert_eq!(s.env["KEY"].as_text(), "key-123");
+    assert_eq!(config.servers[1].url.as_deref(), Some("https://example.com/sse"));
+    assert_eq!(config.servers[1].headers["X-Token"].as_text(), "tok");
+}
+
+#[test]
+fn a_named_file_that_does_not_exist_is_an_error() {
+    let err = Config::load(Some(Path::new("/nonexistent/ptc.yaml"))).unwrap_err();
+    assert!(err.to_string().starts_with("cannot read config /nonexistent/ptc.yaml"), "{err}");
+}

@@ -1,0 +1,113 @@
+//! What a run produced, and how it is rendered for the model: the original's text format plus the
+//! structured content `{ok, output, result, error, tool_calls}`.
+
+use serde_json::{Value, json};
+
+use super::trace::Trace;
+use crate::config::TraceMode;
+
+/// The outcome of one `execute_program`.
+#[derive(Debug, Default)]
+pub struct RunReport {
+    /// Everything the program printed, cut at `max_output_bytes` (with a marker saying so).
+    pub output: String,
+    /// The last `emit()` value.
+    pub result: Option<Value>,
+    /// Why the run failed (`TimeoutError: …`, `SandboxError: …`, `ExecutionError: …` or the traceback).
+    pub error: Option<String>,
+    pub trace: Trace,
+}
+
+impl RunReport {
+    pub fn failed(error: String) -> Self {
+        RunReport { error: Some(error), ..RunReport::default() }
+    }
+
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// The text block, compatible with the original ptc-mcp.
+    pub fn text(&self, trace_mode: TraceMode) -> String {
+        let output = self.output.trim_end_matches('\n');
+        let mut text = match &self.error {
+            None => {
+                let shown = if output.is_empty() { "(no output)" } else { output };
+                let mut text = format!("[Script executed successfully]\n{shown}");
+                if let Some(result) = &self.result {
+                    let json = serde_json::to_string(result).expect("emitted values are JSON");
+                    text.push_str(&format!("\n--- result ---\n{json}"));
+                }
+                text
+            }
+            Some(error) => {
+                let mut text = format!("[Script execution failed]\n{}", error.trim_end_matches('\n'));
+                if !output.is_empty() {
+                    text.push_str(&format!("\n\n--- output before the error ---\n{output}"));
+                }
+                text
+            }
+        };
+        if trace_mode == TraceMode::Summary
+            && let Some(summary) = self.trace.summary()
+        {
+            text.push('\n');
+            text.push_str(&summary);
+        }
+        text
+    }
+
+    pub fn structured(&self) -> Value {
+        json!({
+            "ok": self.ok(),
+            "output": self.output,
+            "result": self.result,
+            "error": self.error,
+            "tool_calls": self.trace.to_json(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Map;
+
+    #[test]
+    fn success_shows_output_or_says_there_was_none() {
+        let report = RunReport { output: "hello\n".into(), ..RunReport::default() };
+        assert_eq!(report.text(TraceMode::Summary), "[Script executed successfully]\nhello");
+        assert_eq!(RunReport::default().text(TraceMode::Summary), "[Script executed successfully]\n(no output)");
+    }
+
+    #[test]
+    fn an_emitted_result_follows_the_output() {
+        let report = RunReport { output: "x\n".into(), result: Some(json!({"n": 1})), ..RunReport::default() };
+        assert_eq!(report.text(TraceMode::Off), "[Script executed successfully]\nx\n--- result ---\n{\"n\":1}");
+        assert_eq!(report.structured()["result"], json!({"n": 1}));
+    }
+
+    #[test]
+    fn failure_shows_the_error_then_the_output_before_it() {
+        let report = RunReport { output: "step 1\n".into(), ..RunReport::failed("ValueError: bad".into()) };
+        assert_eq!(
+            report.text(TraceMode::Summary),
+            "[Script execution failed]\nValueError: bad\n\n--- output before the error ---\nstep 1"
+        );
+        assert_eq!(
+            report.structured(),
+            json!({"ok": false, "output": "step 1\n", "result": null, "error": "ValueError: bad", "tool_calls": []})
+        );
+    }
+
+    #[test]
+    fn the_trace_summary_is_the_last_line_only_in_summary_mode() {
+        let mut report = RunReport::default();
+        let call = report.trace.start("mcp__s__t", &Map::new());
+        report.trace.finish(call, Some("boom".into()), std::time::Instant::now());
+        let text = report.text(TraceMode::Summary);
+        assert!(text.starts_with("[Script executed successfully]\n(no output)\n[tool calls: 1, 1 failed; "), "{text}");
+        assert!(text.ends_with("\n  failed: mcp__s__t: boom"), "{text}");
+        assert_eq!(report.text(TraceMode::Off), "[Script executed successfully]\n(no output)");
+    }
+}

@@ -1,0 +1,9 @@
+//! ptc-mcp: programmatic tool calling for any MCP client. The model writes one Python program; it runs in a
+//! sandboxed child interpreter where every downstream MCP tool is an async function, and only what the
+//! program prints comes back.
+
+pub mod config;
+pub mod naming;
+pub mod registry;
+pub mod engine;
+pub mod server;

@@ -1,0 +1,120 @@
+//! The `ptc-mcp` binary: parse the command line, load the config, and serve MCP over stdio.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use ptc_backends::BackendSettings;
+use ptc_mcp::config::{CONFIG_ENV, Config, ConfigSource};
+use ptc_mcp::engine::Engine;
+use ptc_mcp::registry::Registry;
+use ptc_mcp::server::PtcServer;
+use rmcp::ServiceExt;
+
+/// Exit status for a config that cannot be used.
+const CONFIG_ERROR: u8 = 2;
+
+/// Programmatic tool calling for any MCP client: the model writes one Python program, ptc-mcp runs it in a
+/// sandboxed interpreter where every downstream MCP tool is an async function, and only what the program
+/// prints comes back. Serves MCP over stdio; logs go to stderr (level from RUST_LOG, default info).
+#[derive(Debug, Parser)]
+#[command(name = "ptc-mcp", version)]
+struct Cli {
+    /// The YAML config. Without it: $PTC_MCP_CONFIG, else ./config.yaml, else built-in defaults (no servers).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let (config, source) = match Config::load(cli.config.as_deref()) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("ptc-mcp: {e}");
+            return ExitCode::from(CONFIG_ERROR);
+        }
+    };
+    protect_from_same_user_processes();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ptc-mcp: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(serve(config, source));
+    // A pending read of stdin cannot be cancelled, so leave without waiting for the runtime to wind down.
+    std::process::exit(code);
+}
+
+async fn serve(config: Config, source: ConfigSource) -> i32 {
+    let registry = match Registry::start(&config) {
+        Ok(registry) => registry,
+        Err(e) => {
+            eprintln!("ptc-mcp: config error: {e}");
+            return i32::from(CONFIG_ERROR);
+        }
+    };
+    let backend = ptc_backends::select(
+        config.execution.sandbox,
+        &BackendSettings { python: config.execution.python.clone() },
+    );
+    let engine = Arc::new(Engine::new(backend, Arc::clone(&registry), config.execution.clone()));
+    tokio::spawn(announce(Arc::clone(&engine), config, source));
+    let server = match PtcServer::new(registry, engine).serve(rmcp::transport::stdio()).await {
+        Ok(server) => server,
+        Err(e) => {
+            tracing::info!("no MCP session: {e}");
+            return 0;
+        }
+    };
+    tokio::select! {
+        _ = server.waiting() => 0,
+        _ = shutdown_signal() => 0,
+    }
+}
+
+/// The one start-up line: version, sandbox and its availability, configured servers.
+async fn announce(engine: Arc<Engine>, config: Config, source: ConfigSource) {
+    let availability = engine.availability().await.describe();
+    let servers: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
+    let servers = if servers.is_empty() { "none".to_string() } else { servers.join(", ") };
+    let source = match source {
+        ConfigSource::File(path) => path.display().to_string(),
+        ConfigSource::Defaults => format!("none found (no --config, ${CONFIG_ENV} or ./config.yaml)"),
+    };
+    tracing::info!(
+        "ptc-mcp {} serving MCP on stdio; config: {source}; sandbox {}: {availability}; servers: {servers}",
+        env!("CARGO_PKG_VERSION"),
+        engine.backend_kind(),
+    );
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_ansi(false).init();
+}
+
+/// Children run as the same user: make this process undumpable so they cannot read its memory or environ
+/// through /proc or ptrace.
+fn protect_from_same_user_processes() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0);
+    }
+}

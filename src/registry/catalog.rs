@@ -1,0 +1,180 @@
+//! The callable tools of all connected servers under their namespaced names, rebuilt whenever a server
+//! connects, re-lists or goes down. Name collisions are detected here and reported, never overwritten.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rmcp::model::Tool;
+use serde_json::{Map, Value};
+
+use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
+use crate::config::ToolFilter;
+use crate::naming::namespaced;
+
+/// One callable downstream tool.
+pub struct ToolEntry {
+    pub namespaced: String,
+    /// The configured name of its server.
+    pub server: String,
+    /// The tool as its server listed it.
+    pub tool: Tool,
+    validator: Option<jsonschema::Validator>,
+    wrapped: bool,
+}
+
+impl ToolEntry {
+    pub fn new(server: &str, tool: Tool) -> Self {
+        let validator = tool.output_schema.as_ref().and_then(|schema| {
+            jsonschema::validator_for(&Value::Object(schema.as_ref().clone()))
+                .inspect_err(|e| {
+                    tracing::warn!(server, tool = %tool.name, "output schema does not compile, results are not validated: {e}")
+                })
+                .ok()
+        });
+        let wrapped = tool.output_schema.as_deref().is_some_and(schema_says_wrapped)
+            || tool_meta_says_wrapped(tool.meta.as_ref().map(|m| &m.0));
+        ToolEntry { namespaced: namespaced(server, &tool.name), server: server.to_string(), tool, validator, wrapped }
+    }
+
+    pub fn result_shape(&self) -> ResultShape<'_> {
+        ResultShape {
+            validator: self.validator.as_ref(),
+            declares_output_schema: self.tool.output_schema.is_some(),
+            wrapped: self.wrapped,
+        }
+    }
+
+    /// What `inspect_tool` shows: the seed's `{name, description, inputSchema, outputSchema, note?}` plus the
+    /// tool's `title` and `annotations`, kept verbatim.
+    pub fn inspection(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("name".into(), Value::String(self.namespaced.clone()));
+        if let Some(title) = &self.tool.title {
+            out.insert("title".into(), Value::String(title.clone()));
+        }
+        out.insert("description".into(), self.tool.description.as_deref().map_or(Value::Null, |d| d.into()));
+        out.insert("inputSchema".into(), Value::Object(self.tool.input_schema.as_ref().clone()));
+        match &self.tool.output_schema {
+            Some(schema) => {
+                out.insert("outputSchema".into(), Value::Object(schema.as_ref().clone()));
+            }
+            None => {
+                out.insert("outputSchema".into(), Value::Null);
+                out.insert(
+                    "note".into(),
+                    "No output schema defined by the upstream server. Inspect the return value in your script.".into(),
+                );
+            }
+        }
+        if let Some(annotations) = &self.tool.annotations
+            && let Ok(annotations) = serde_json::to_value(annotations)
+        {
+            out.insert("annotations".into(), annotations);
+        }
+        Value::Object(out)
+    }
+}
+
+/// A consistent view of every callable tool.
+#[derive(Default)]
+pub struct Catalog {
+    pub tools: BTreeMap<String, Arc<ToolEntry>>,
+    /// One line per name collision: which tools collided and that neither is callable.
+    pub collisions: Vec<String>,
+}
+
+impl Catalog {
+    /// Builds the catalog from each connected server's listing, keeping only tools the filter permits.
+    /// Tools whose namespaced names collide are all left out, and the collision is reported.
+    pub fn build(entries: impl IntoIterator<Item = Arc<ToolEntry>>, filter: &ToolFilter) -> Catalog {
+        let mut by_name: BTreeMap<String, Vec<Arc<ToolEntry>>> = BTreeMap::new();
+        for entry in entries.into_iter().filter(|e| filter.permits(&e.namespaced)) {
+            by_name.entry(entry.namespaced.clone()).or_default().push(entry);
+        }
+        let mut catalog = Catalog::default();
+        for (name, mut entries) in by_name {
+            if entries.len() == 1 {
+                catalog.tools.insert(name, entries.pop().expect("one entry"));
+                continue;
+            }
+            let who: Vec<String> = entries.iter().map(|e| format!("'{}' of server '{}'", e.tool.name, e.server)).collect();
+            catalog.collisions.push(format!("{} all map to '{name}'; none of them is callable", who.join(", ")));
+        }
+        catalog
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str, extra: Value) -> Tool {
+        let mut value = json!({"name": name, "description": format!("the {name} tool"), "inputSchema": {"type": "object"}});
+        value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn entries(tools: &[(&str, &str)]) -> Vec<Arc<ToolEntry>> {
+        tools.iter().map(|(server, name)| Arc::new(ToolEntry::new(server, tool(name, json!({}))))).collect()
+    }
+
+    #[test]
+    fn colliding_names_are_all_left_out_and_reported() {
+        let catalog = Catalog::build(entries(&[("s", "dup-name"), ("s", "dup_name"), ("s", "ok")]), &ToolFilter::All);
+        assert_eq!(catalog.names(), ["mcp__s__ok"]);
+        assert_eq!(
+            catalog.collisions,
+            ["'dup-name' of server 's', 'dup_name' of server 's' all map to 'mcp__s__dup_name'; none of them is callable"]
+        );
+    }
+
+    #[test]
+    fn collisions_across_servers_are_detected_too() {
+        let catalog = Catalog::build(entries(&[("a", "b__c"), ("a__b", "c")]), &ToolFilter::All);
+        assert!(catalog.tools.is_empty());
+        assert_eq!(catalog.collisions.len(), 1);
+    }
+
+    #[test]
+    fn the_filter_applies_to_namespaced_names() {
+        let config: crate::config::ToolsConfig = serde_yaml_ng::from_str("block: ['mcp__s__secret*']").unwrap();
+        let catalog = Catalog::build(entries(&[("s", "secret-thing"), ("s", "public")]), &config.filter().unwrap());
+        assert_eq!(catalog.names(), ["mcp__s__public"]);
+    }
+
+    #[test]
+    fn inspection_has_the_seed_shape_with_a_note_only_without_output_schema() {
+        let plain = ToolEntry::new("s", tool("t", json!({"title": "T", "annotations": {"readOnlyHint": true}})));
+        assert_eq!(
+            plain.inspection(),
+            json!({
+                "name": "mcp__s__t", "title": "T", "description": "the t tool", "inputSchema": {"type": "object"},
+                "outputSchema": null,
+                "note": "No output schema defined by the upstream server. Inspect the return value in your script.",
+                "annotations": {"readOnlyHint": true}
+            })
+        );
+        let schema = json!({"type": "object", "$defs": {"x": {"type": "integer"}}, "properties": {"n": {"$ref": "#/$defs/x"}}});
+        let typed = ToolEntry::new("s", tool("t", json!({"outputSchema": schema.clone()})));
+        assert_eq!(typed.inspection()["outputSchema"], schema);
+        assert!(typed.inspection().get("note").is_none());
+        assert!(typed.validator.is_some());
+    }
+
+    #[test]
+    fn wrapping_is_recognised_from_schema_markers_and_tool_meta() {
+        let sdk = json!({"outputSchema": {"type": "object", "properties": {"result": {"type": "array"}}, "required": ["result"]}});
+        let fastmcp = json!({"outputSchema": {"type": "object", "properties": {"result": {}, "other": {}}, "x-fastmcp-wrap-result": true}});
+        let meta = json!({"_meta": {"fastmcp": {"wrap_result": true}}});
+        let plain = json!({"outputSchema": {"type": "object", "properties": {"a": {}, "b": {}}}});
+        assert!(ToolEntry::new("s", tool("t", sdk)).wrapped);
+        assert!(ToolEntry::new("s", tool("t", fastmcp)).wrapped);
+        assert!(ToolEntry::new("s", tool("t", meta)).wrapped);
+        assert!(!ToolEntry::new("s", tool("t", plain)).wrapped);
+    }
+}

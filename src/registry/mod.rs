@@ -1,0 +1,228 @@
+//! The downstream servers: each is connected and supervised in the background, its tools listed into one
+//! [`Catalog`], and calls routed to it. A server that is down only hides its own tools.
+
+mod backoff;
+mod catalog;
+mod client;
+pub mod result;
+mod stdio;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rmcp::ServiceError;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{Peer, RoleClient};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+
+use crate::config::{Config, ServerConfig, ToolFilter};
+pub use catalog::{Catalog, ToolEntry};
+
+/// The connection state of one server.
+enum ServerState {
+    /// The first attempt has not finished yet.
+    Connecting,
+    Up { peer: Peer<RoleClient>, tools: Vec<Arc<ToolEntry>> },
+    Down { reason: String },
+}
+
+struct Server {
+    config: ServerConfig,
+    state: Mutex<ServerState>,
+}
+
+pub struct Registry {
+    servers: Vec<Arc<Server>>,
+    filter: ToolFilter,
+    catalog: RwLock<Arc<Catalog>>,
+    /// How many servers have finished their first connection attempt (either way).
+    settled: watch::Sender<usize>,
+}
+
+/// One row of `server_status()`, the original's shape.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ServerStatus {
+    pub connected: bool,
+    pub tools: usize,
+    pub error: Option<String>,
+}
+
+impl Registry {
+    /// Creates the registry and starts connecting every configured server in the background.
+    pub fn start(config: &Config) -> Result<Arc<Registry>, String> {
+        let registry = Arc::new(Registry {
+            servers: config
+                .servers
+                .iter()
+                .map(|c| Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Connecting) }))
+                .collect(),
+            filter: config.tools.filter()?,
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            settled: watch::Sender::new(0),
+        });
+        for server in &registry.servers {
+            tokio::spawn(supervise(Arc::clone(&registry), Arc::clone(server)));
+        }
+        Ok(registry)
+    }
+
+    /// The current catalog of callable tools.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// What `inspect_tool` shows for a namespaced name; `Err` is the seed's `[Tool not found]` message.
+    pub fn inspect(&self, name: &str) -> Result<Value, String> {
+        match self.catalog().tools.get(name) {
+            Some(entry) => Ok(entry.inspection()),
+            None => Err(format!(
+                "[Tool not found] '{name}' is not a callable tool; list_callable_tools gives the exact names"
+            )),
+        }
+    }
+
+    /// Waits until every server has finished its first connection attempt, at most `limit`. Lets the first
+    /// program after start-up see the tools of servers that are still starting.
+    pub async fn wait_for_first_attempts(&self, limit: Duration) {
+        let total = self.servers.len();
+        let mut settled = self.settled.subscribe();
+        let _ = tokio::time::timeout(limit, settled.wait_for(|n| *n >= total)).await;
+    }
+
+    /// Servers that are not connected, with the reason.
+    pub fn unavailable(&self) -> Vec<(String, String)> {
+        self.statuses()
+            .into_iter()
+            .filter_map(|(name, status)| status.error.map(|reason| (name, reason)))
+            .collect()
+    }
+
+    pub fn statuses(&self) -> BTreeMap<String, ServerStatus> {
+        self.servers
+            .iter()
+            .map(|server| {
+                let status = match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
+                    ServerState::Connecting => {
+                        ServerStatus { connected: false, tools: 0, error: Some("still connecting".into()) }
+                    }
+                    ServerState::Up { tools, .. } => ServerStatus { connected: true, tools: tools.len(), error: None },
+                    ServerState::Down { reason } => {
+                        ServerStatus { connected: false, tools: 0, error: Some(reason.clone()) }
+                    }
+                };
+                (server.config.name.clone(), status)
+            })
+            .collect()
+    }
+
+    /// Calls a tool by its namespaced name. `Err` is the `ToolError` message the program sees.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        timeout: Duration,
+        max_result_bytes: usize,
+    ) -> Result<Box<RawValue>, String> {
+        let entry = self.catalog().tools.get(name).cloned().ok_or_else(|| {
+            format!("unknown tool '{name}': it is not callable now (see list_callable_tools())")
+        })?;
+        let peer = self.peer(&entry.server)?;
+        let params = CallToolRequestParams::new(entry.tool.name.clone()).with_arguments(arguments);
+        // Dropping the call on timeout makes rmcp send notifications/cancelled; the connection stays usable.
+        let result = match tokio::time::timeout(timeout, peer.call_tool(params)).await {
+            Err(_) => {
+                return Err(format!(
+                    "'{name}' timed out after {}s (tool_call_timeout_seconds)",
+                    timeout.as_secs_f64()
+                ));
+            }
+            Ok(Err(error)) => return Err(describe_call_error(name, &entry.server, error)),
+            Ok(Ok(result)) => result,
+        };
+        result::interpret(name, &result, &entry.result_shape(), max_result_bytes)
+    }
+
+    fn peer(&self, server_name: &str) -> Result<Peer<RoleClient>, String> {
+        let server = self.servers.iter().find(|s| s.config.name == server_name).expect("entries name known servers");
+        match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            ServerState::Up { peer, .. } => Ok(peer.clone()),
+            ServerState::Down { reason } => Err(format!("server '{server_name}' is down: {reason}")),
+            ServerState::Connecting => Err(format!("server '{server_name}' is still connecting")),
+        }
+    }
+
+    /// Counts a server's first attempt as finished (once).
+    fn mark_settled(&self, first_attempt: &mut bool) {
+        if std::mem::take(first_attempt) {
+            self.settled.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn set_state(&self, server: &Server, state: ServerState) {
+        *server.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        self.rebuild_catalog();
+    }
+
+    fn rebuild_catalog(&self) {
+        let entries: Vec<Arc<ToolEntry>> = self
+            .servers
+            .iter()
+            .flat_map(|server| match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
+                ServerState::Up { tools, .. } => tools.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let catalog = Catalog::build(entries, &self.filter);
+        for collision in &catalog.collisions {
+            tracing::warn!("{collision}");
+        }
+        *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+    }
+}
+
+fn describe_call_error(name: &str, server: &str, error: ServiceError) -> String {
+    match error {
+        ServiceError::McpError(e) => format!("'{name}' failed: {} (JSON-RPC error {})", e.message, e.code.0),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+            format!("'{name}' failed: the connection to server '{server}' was lost")
+        }
+        ServiceError::UnexpectedResponse => format!("'{name}' failed: server '{server}' sent a malformed result"),
+        other => format!("'{name}' failed: {other}"),
+    }
+}
+
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// Connects a server, keeps its tool list current, and reconnects with capped backoff when its connection
+/// is lost — forever, without blocking anything else.
+async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
+    let name = server.config.name.clone();
+    let mut backoff = backoff::Backoff::new(FIRST_RETRY, MAX_RETRY);
+    let mut first_attempt = true;
+    loop {
+        let reason = match client::connect(&server.config).await {
+            Ok(session) => {
+                tracing::info!(server = %name, tools = session.tools.len(), "connected");
+                let peer = session.peer.clone();
+                registry.set_state(&server, ServerState::Up { peer: peer.clone(), tools: session.tools.clone() });
+                registry.mark_settled(&mut first_attempt);
+                backoff.reset();
+                session
+                    .run_until_lost(|tools| {
+                        tracing::info!(server = %name, tools = tools.len(), "tool list changed");
+                        registry.set_state(&server, ServerState::Up { peer: peer.clone(), tools });
+                    })
+                    .await
+            }
+            Err(reason) => reason,
+        };
+        tracing::warn!(server = %name, "unavailable: {reason}");
+        registry.set_state(&server, ServerState::Down { reason });
+        registry.mark_settled(&mut first_attempt);
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}

@@ -1,0 +1,177 @@
+//! Turning a downstream `CallToolResult` into the value a program receives (SPEC §4 "Result parsing").
+//!
+//! The value is produced as serialised JSON ([`RawValue`]) so that the common case — one text block that is
+//! JSON — is validated once and passed to the runner without a parse/serialise round trip.
+
+use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
+use serde_json::value::{RawValue, to_raw_value};
+use serde_json::{Map, Value};
+
+/// What the registry knows about a tool that shapes how its results are read.
+#[derive(Default)]
+pub struct ResultShape<'a> {
+    /// The compiled `outputSchema`, when the tool declares one that compiles.
+    pub validator: Option<&'a jsonschema::Validator>,
+    /// Whether the tool declares an `outputSchema` at all (results must then carry structured content).
+    pub declares_output_schema: bool,
+    /// Whether structured results come wrapped as `{"result": v}` (FastMCP / official SDK style).
+    pub wrapped: bool,
+}
+
+/// Reads `result` of a call to `tool`. `Err` is the `ToolError` message the program sees.
+pub fn interpret(
+    tool: &str,
+    result: &CallToolResult,
+    shape: &ResultShape,
+    max_bytes: usize,
+) -> Result<Box<RawValue>, String> {
+    let texts: Vec<&str> =
+        result.content.iter().filter_map(|block| block.as_text().map(|text| text.text.as_str())).collect();
+    if result.is_error == Some(true) {
+        let detail = if texts.is_empty() { "(no details given)".to_string() } else { texts.join("\n") };
+        return Err(format!("'{tool}' returned an error: {detail}"));
+    }
+    let text_bytes: usize = texts.iter().map(|t| t.len()).sum();
+    check_size(tool, text_bytes, max_bytes)?;
+    let mut notes: Vec<String> = result.content.iter().filter_map(placeholder).collect();
+    let value = match &result.structured_content {
+        Some(structured) => {
+            if let Some(validator) = shape.validator
+                && let Err(error) = validator.validate(structured)
+            {
+                let at = error.instance_path().to_string();
+                let at = if at.is_empty() { String::new() } else { format!(" at {at}") };
+                return Err(format!("'{tool}' returned a result that does not match its output schema{at}: {error}"));
+            }
+            let wrapped = shape.wrapped || result_meta_says_wrapped(result);
+            let value = match structured {
+                Value::Object(object) if wrapped && object.len() == 1 && object.contains_key("result") => {
+                    &object["result"]
+                }
+                other => other,
+            };
+            notes.extend(texts.iter().filter(|text| !renders(text, structured, value)).map(|t| t.to_string()));
+            if notes.is_empty() {
+                let raw = to_raw_value(value).map_err(|e| format!("'{tool}' returned unusable JSON: {e}"))?;
+                check_size(tool, raw.get().len(), max_bytes)?;
+                return Ok(raw);
+            }
+            value.clone()
+        }
+        None if shape.declares_output_schema => {
+            return Err(format!(
+                "'{tool}' declares an output schema but returned no structured content; the server is at fault"
+            ));
+        }
+        None => {
+            let parsed: Vec<(&str, Option<&RawValue>)> =
+                texts.iter().map(|text| (*text, serde_json::from_str::<&RawValue>(text).ok())).collect();
+            let json: Vec<&RawValue> = parsed.iter().filter_map(|(_, raw)| *raw).collect();
+            let prose = parsed.iter().filter(|(_, raw)| raw.is_none()).map(|(text, _)| text.to_string());
+            match json.as_slice() {
+                [] if notes.is_empty() => return Ok(as_json_string(&texts.join("\n"))),
+                [] if texts.is_empty() => Value::Null,
+                [] => Value::String(texts.join("\n")),
+                [only] => {
+                    notes.extend(prose);
+                    if notes.is_empty() {
+                        return Ok((*only).to_owned());
+                    }
+                    parse_value(tool, only)?
+                }
+                several => {
+                    notes.extend(prose);
+                    Value::Array(several.iter().map(|raw| parse_value(tool, raw)).collect::<Result<_, _>>()?)
+                }
+            }
+        }
+    };
+    let with_notes = attach_notes(value, notes);
+    to_raw_value(&with_notes).map_err(|e| format!("'{tool}' returned unusable JSON: {e}"))
+}
+
+fn check_size(tool: &str, bytes: usize, max_bytes: usize) -> Result<(), String> {
+    if bytes > max_bytes {
+        return Err(format!(
+            "'{tool}' returned {bytes} bytes, more than max_tool_result_bytes ({max_bytes}); ask it for less \
+             (filter, paginate or limit the query)"
+        ));
+    }
+    Ok(())
+}
+
+/// A placeholder note for content a program cannot receive.
+fn placeholder(block: &ContentBlock) -> Option<String> {
+    let what = match block {
+        ContentBlock::Text(_) => return None,
+        ContentBlock::Image(image) => format!("image ({})", image.mime_type),
+        ContentBlock::Audio(audio) => format!("audio ({})", audio.mime_type),
+        ContentBlock::Resource(embedded) => {
+            match &embedded.resource {
+                ResourceContents::TextResourceContents { uri, mime_type, .. }
+                | ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
+                    format!("resource {uri} ({})", mime_type.as_deref().unwrap_or("unknown type"))
+                }
+                _ => "resource".to_string(),
+            }
+        }
+        ContentBlock::ResourceLink(link) => format!("resource link {}", link.uri),
+        _ => "unknown content type".to_string(),
+    };
+    Some(format!("[non-text content omitted: {what}]"))
+}
+
+/// Whether a text block only renders the structured value: the whole of it, the unwrapped value, or (as the
+/// official SDK sends lists) one element of it.
+fn renders(text: &str, structured: &Value, value: &Value) -> bool {
+    let Ok(parsed) = serde_json::from_str::<Value>(text) else {
+        return matches!(value, Value::String(s) if s == text);
+    };
+    &parsed == structured || &parsed == value || matches!(value, Value::Array(items) if items.contains(&parsed))
+}
+
+/// Standalone fastmcp marks wrapped results in the result's `_meta.fastmcp.wrap_result`.
+fn result_meta_says_wrapped(result: &CallToolResult) -> bool {
+    result.meta.as_ref().and_then(|meta| meta.0.get("fastmcp")).and_then(|f| f.get("wrap_result"))
+        == Some(&Value::Bool(true))
+}
+
+fn attach_notes(value: Value, notes: Vec<String>) -> Value {
+    if notes.is_empty() {
+        return value;
+    }
+    let notes = Value::Array(notes.into_iter().map(Value::String).collect());
+    match value {
+        Value::Object(mut object) => {
+            object.insert("_notes".to_string(), notes);
+            Value::Object(object)
+        }
+        Value::Null => Value::Object(Map::from_iter([("_notes".to_string(), notes)])),
+        other => Value::Object(Map::from_iter([("result".to_string(), other), ("_notes".to_string(), notes)])),
+    }
+}
+
+fn parse_value(tool: &str, raw: &RawValue) -> Result<Value, String> {
+    serde_json::from_str(raw.get()).map_err(|e| format!("'{tool}' returned unusable JSON: {e}"))
+}
+
+fn as_json_string(text: &str) -> Box<RawValue> {
+    to_raw_value(text).expect("a string always serialises")
+}
+
+/// Whether a tool's declared output schema says its structured results are wrapped as `{"result": v}`:
+/// fastmcp's `x-fastmcp-wrap-result` marker, or the official SDK's single-property `result` object.
+pub fn schema_says_wrapped(output_schema: &Map<String, Value>) -> bool {
+    if output_schema.get("x-fastmcp-wrap-result") == Some(&Value::Bool(true)) {
+        return true;
+    }
+    matches!(output_schema.get("properties"), Some(Value::Object(p)) if p.len() == 1 && p.contains_key("result"))
+}
+
+/// Whether a tool's `_meta` carries fastmcp's `wrap_result` marker.
+pub fn tool_meta_says_wrapped(meta: Option<&Map<String, Value>>) -> bool {
+    meta.and_then(|m| m.get("fastmcp")).and_then(|f| f.get("wrap_result")) == Some(&Value::Bool(true))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+use serde_json::json;
+
+use super::*;
+
+const MAX: usize = 1 << 20;
+
+fn result(value: Value) -> CallToolResult {
+    serde_json::from_value(value).unwrap()
+}
+
+fn text(t: &str) -> Value {
+    json!({"type": "text", "text": t})
+}
+
+/// Interprets with no output schema and no wrapping.
+fn read(value: Value) -> Result<Value, String> {
+    read_with(value, &ResultShape::default())
+}
+
+fn read_with(value: Value, shape: &ResultShape) -> Result<Value, String> {
+    interpret("mcp__s__t", &result(value), shape, MAX).map(|raw| serde_json::from_str(raw.get()).unwrap())
+}
+
+#[test]
+fn an_error_result_becomes_a_tool_error_with_its_text() {
+    let err = read(json!({"content": [text("something broke")], "isError": true})).unwrap_err();
+    assert_eq!(err, "'mcp__s__t' returned an error: something broke");
+    let err = read(json!({"content": [], "isError": true})).unwrap_err();
+    assert_eq!(err, "'mcp__s__t' returned an error: (no details given)");
+}
+
+#[test]
+fn a_text_that_is_json_is_parsed_and_prose_stays_a_string() {
+    assert_eq!(read(json!({"content": [text(r#"{"a": [1, 2]}"#)]})).unwrap(), json!({"a": [1, 2]}));
+    assert_eq!(read(json!({"content": [text("42")]})).unwrap(), json!(42));
+    assert_eq!(read(json!({"content": [text("hello world")]})).unwrap(), json!("hello world"));
+    assert_eq!(read(json!({"content": []})).unwrap(), json!(""));
+}
+
+#[test]
+fn one_json_text_among_prose_keeps_the_prose_as_notes() {
+    let value = read(json!({"content": [text("Found 2 items"), text(r#"{"items": [1, 2]}"#)]})).unwrap();
+    assert_eq!(value, json!({"items": [1, 2], "_notes": ["Found 2 items"]}));
+}
+
+#[test]
+fn several_json_texts_become_a_list() {
+    let value = read(json!({"content": [text("1"), text("2"), text("note")]})).unwrap();
+    assert_eq!(value, json!({"result": [1, 2], "_notes": ["note"]}));
+}
+
+#[test]
+fn several_prose_texts_are_joined() {
+    assert_eq!(read(json!({"content": [text("a"), text("b")]})).unwrap(), json!("a\nb"));
+}
+
+#[test]
+fn structured_content_is_used_directly_and_extra_prose_kept_as_notes() {
+    let value = read(json!({
+        "content": [text(r#"{"value": 1}"#), text("EMPTY RESULT warning: nothing matched")],
+        "structuredContent": {"value": 1}
+    }))
+    .unwrap();
+    assert_eq!(value, json!({"value": 1, "_notes": ["EMPTY RESULT warning: nothing matched"]}));
+    let rendered_differently = read(json!({"content": [text("{\n  \"value\": 1\n}")], "structuredContent": {"value": 1}}));
+    assert_eq!(rendered_differently.unwrap(), json!({"value": 1}));
+}
+
+#[test]
+fn official_sdk_lists_are_unwrapped_and_their_per_element_texts_are_not_notes() {
+    let shape = ResultShape { wrapped: true, ..Default::default() };
+    let value = read_with(
+        json!({"content": [text("1"), text("2"), text("3")], "structuredContent": {"result": [1, 2, 3]}}),
+        &shape,
+    );
+    assert_eq!(value.unwrap(), json!([1, 2, 3]));
+}
+
+#[test]
+fn fastmcp_wrapped_scalars_are_unwrapped_and_their_plain_text_is_not_a_note() {
+    let shape = ResultShape { wrapped: true, ..Default::default() };
+    let value = read_with(json!({"content": [text("hello")], "structuredContent": {"result": "hello"}}), &shape);
+    assert_eq!(value.unwrap(), json!("hello"));
+}
+
+#[test]
+fn the_result_meta_marker_of_standalone_fastmcp_unwraps_too() {
+    let value = read(json!({
+        "content": [text("[4, 5]")],
+        "structuredContent": {"result": [4, 5]},
+        "_meta": {"fastmcp": {"wrap_result": true}}
+    }));
+    assert_eq!(value.unwrap(), json!([4, 5]));
+}
+
+#[test]
+fn an_unmarked_result_object_is_not_unwrapped() {
+    let value = read(json!({"content": [], "structuredContent": {"result": 7}}));
+    assert_eq!(value.unwrap(), json!({"result": 7}));
+}
+
+#[test]
+fn non_text_content_leaves_a_placeholder_note() {
+    let value = read(json!({"content": [
+        text("chart attached"),
+        {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+        {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"},
+        {"type": "resource", "resource": {"uri": "file:///a.txt", "mimeType": "text/plain", "text": "x"}},
+        {"type": "resource_link", "uri": "file:///b", "name": "b"}
+    ]}));
+    assert_eq!(
+        value.unwrap(),
+        json!({"result": "chart attached", "_notes": [
+            "[non-text content omitted: image (image/png)]",
+            "[non-text content omitted: audio (audio/wav)]",
+            "[non-text content omitted: resource file:///a.txt (text/plain)]",
+            "[non-text content omitted: resource link file:///b]"
+        ]})
+    );
+    let only_image = read(json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]}));
+    assert_eq!(only_image.unwrap(), json!({"_notes": ["[non-text content omitted: image (image/png)]"]}));
+}
+
+#[test]
+fn a_result_that_breaks_the_output_schema_is_a_tool_error() {
+    let schema = json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]});
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let shape = ResultShape { validator: Some(&validator), declares_output_schema: true, wrapped: false };
+    let err = read_with(json!({"content": [], "structuredContent": {"count": "many"}}), &shape).unwrap_err();
+    assert!(err.starts_with("'mcp__s__t' returned a result that does not match its output schema at /count: "), "{err}");
+    assert_eq!(read_with(json!({"content": [], "structuredContent": {"count": 3}}), &shape).unwrap(), json!({"count": 3}));
+    let err = read_with(json!({"content": [text("{}")]}), &shape).unwrap_err();
+    assert!(err.contains("declares an output schema but returned no structured content"), "{err}");
+}
+
+#[test]
+fn a_result_over_the_size_limit_is_a_tool_error_that_suggests_asking_for_less() {
+    let big = "x".repeat(100);
+    let err = interpret("t", &result(json!({"content": [text(&big)]})), &ResultShape::default(), 50).unwrap_err();
+    assert_eq!(
+        err,
+        "'t' returned 100 bytes, more than max_tool_result_bytes (50); ask it for less (filter, paginate or limit the query)"
+    );
+    let structured = json!({"content": [], "structuredContent": {"data": big}});
+    assert!(interpret("t", &result(structured), &ResultShape::default(), 50).is_err());
+}
+
+#[test]
+fn a_json_text_is_passed_through_verbatim() {
+    let raw = interpret("t", &result(json!({"content": [text("{\"a\":  1}")]})), &ResultShape::default(), MAX).unwrap();
+    assert_eq!(raw.get(), "{\"a\":  1}");
+}

@@ -1,0 +1,201 @@
+//! The MCP server clients talk to: three tools, `list_callable_tools`, `inspect_tool` and
+//! `execute_program`, with descriptions written for a model.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{Value, json};
+
+use crate::engine::Engine;
+use crate::registry::Registry;
+
+pub const LIST_TOOL: &str = "list_callable_tools";
+pub const INSPECT_TOOL: &str = "inspect_tool";
+pub const EXECUTE_TOOL: &str = "execute_program";
+
+pub struct PtcServer {
+    registry: Arc<Registry>,
+    engine: Arc<Engine>,
+    tools: Vec<Tool>,
+}
+
+impl PtcServer {
+    pub fn new(registry: Arc<Registry>, engine: Arc<Engine>) -> Self {
+        let tools = tool_definitions(&engine);
+        PtcServer { registry, engine, tools }
+    }
+
+    async fn list_callable_tools(&self) -> CallToolResult {
+        self.registry.wait_for_first_attempts(crate::engine::FIRST_CONNECT_WAIT).await;
+        let catalog = self.registry.catalog();
+        let names = serde_json::to_string(&catalog.names()).expect("names serialise");
+        let mut content = vec![ContentBlock::text(names)];
+        let mut problems: Vec<String> = self
+            .registry
+            .unavailable()
+            .into_iter()
+            .map(|(server, reason)| format!("server '{server}' is unavailable: {reason}"))
+            .collect();
+        problems.extend(catalog.collisions.iter().cloned());
+        if !problems.is_empty() {
+            content.push(ContentBlock::text(format!(
+                "Some tools are missing:\n- {}\nTheir tools come back when the server reconnects.",
+                problems.join("\n- ")
+            )));
+        }
+        CallToolResult::success(content)
+    }
+
+    async fn inspect_tool(&self, arguments: &JsonObject) -> CallToolResult {
+        let Some(Value::String(name)) = arguments.get("tool_name") else {
+            return CallToolResult::error(vec![ContentBlock::text(
+                "inspect_tool needs tool_name: one of the names list_callable_tools returns",
+            )]);
+        };
+        self.registry.wait_for_first_attempts(crate::engine::FIRST_CONNECT_WAIT).await;
+        match self.registry.inspect(name) {
+            Ok(inspection) => CallToolResult::success(vec![ContentBlock::text(
+                serde_json::to_string_pretty(&inspection).expect("inspections serialise"),
+            )]),
+            Err(not_found) => CallToolResult::error(vec![ContentBlock::text(not_found)]),
+        }
+    }
+
+    async fn execute_program(&self, arguments: &JsonObject, context: &RequestContext<RoleServer>) -> CallToolResult {
+        let Some(Value::String(code)) = arguments.get("code") else {
+            return CallToolResult::error(vec![ContentBlock::text(
+                "execute_program needs code: the Python program to run, as a string",
+            )]);
+        };
+        let report = self.engine.execute(code, context.ct.clone()).await;
+        let text = report.text(self.engine.settings().trace);
+        let mut result = if report.ok() {
+            CallToolResult::success(vec![ContentBlock::text(text)])
+        } else {
+            CallToolResult::error(vec![ContentBlock::text(text)])
+        };
+        result.structured_content = Some(report.structured());
+        result
+    }
+}
+
+impl ServerHandler for PtcServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("ptc-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Programmatic tool calling: write one Python program that calls the downstream MCP tools as async \
+                 functions and prints only what you need. Start with list_callable_tools, check a tool with \
+                 inspect_tool, then run the program with execute_program.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools.clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = request.arguments.unwrap_or_default();
+        let result = match request.name.as_ref() {
+            LIST_TOOL => self.list_callable_tools().await,
+            INSPECT_TOOL => self.inspect_tool(&arguments).await,
+            EXECUTE_TOOL => self.execute_program(&arguments, &context).await,
+            other => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool '{other}'; this server has {LIST_TOOL}, {INSPECT_TOOL} and {EXECUTE_TOOL}"),
+                    None,
+                ));
+            }
+        };
+        Ok(result.into())
+    }
+
+    async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {}
+}
+
+fn tool_definitions(engine: &Engine) -> Vec<Tool> {
+    let read_only = ToolAnnotations::new().read_only(true).destructive(false).open_world(false);
+    vec![
+        Tool::new(LIST_TOOL, LIST_DESCRIPTION, object_schema(json!({"type": "object", "properties": {}})))
+            .with_annotations(read_only.clone()),
+        Tool::new(
+            INSPECT_TOOL,
+            INSPECT_DESCRIPTION,
+            object_schema(json!({
+                "type": "object",
+                "properties": {"tool_name": {"type": "string", "description": "A name from list_callable_tools, e.g. mcp__github__search_issues"}},
+                "required": ["tool_name"]
+            })),
+        )
+        .with_annotations(read_only),
+        Tool::new(
+            EXECUTE_TOOL,
+            execute_description(engine),
+            object_schema(json!({
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "The Python program to run."}},
+                "required": ["code"]
+            })),
+        )
+        .with_raw_output_schema(Arc::new(object_schema(json!({
+            "type": "object",
+            "properties": {
+                "ok": {"type": "boolean"},
+                "output": {"type": "string", "description": "What the program printed."},
+                "result": {"description": "The last value passed to emit(), or null."},
+                "error": {"type": ["string", "null"]},
+                "tool_calls": {"type": "array", "items": {"type": "object"}}
+            },
+            "required": ["ok", "output", "result", "error", "tool_calls"]
+        })))),
+    ]
+}
+
+fn object_schema(value: Value) -> JsonObject {
+    match value {
+        Value::Object(object) => object,
+        _ => unreachable!("schemas are written as objects"),
+    }
+}
+
+const LIST_DESCRIPTION: &str = "List the downstream MCP tools that execute_program can call, as a JSON array of \
+names like mcp__<server>__<tool>. If a server is unavailable, a second block names it and why.";
+
+const INSPECT_DESCRIPTION: &str = "Show one callable tool's description, input schema (its keyword arguments) and \
+output schema, given its name from list_callable_tools. Check a tool here before the first call in a program.";
+
+fn execute_description(engine: &Engine) -> String {
+    let s = engine.settings();
+    format!(
+        "Run a Python program in which every downstream MCP tool is an async function. Prefer it over calling \
+tools one at a time when a task needs several calls, loops, or filtering of large results: intermediate results \
+stay in the program and only what it prints comes back.
+- Tools are named mcp__<server>__<tool> (list_callable_tools; inspect_tool shows the arguments). Call them with \
+keyword arguments and await them: rows = await mcp__db__query(sql=\"...\"). Top-level await works; use \
+asyncio.gather for concurrent calls.
+- Results arrive as parsed JSON (dict, list, str, ...); extra text or non-text content from a server is kept \
+under the \"_notes\" key.
+- A failing call raises ToolError; catch it (except ToolError as e) to carry on.
+- Only printed output comes back (at most {max_output} bytes); emit(value) also returns one JSON value. \
+list_callable_tools(), inspect_tool(tool_name=...) and server_status() work inside programs too.
+- Limits per program: {timeout}s, {calls} tool calls, {concurrent} at a time. Standard library only; the \
+environment is empty and the working directory is a scratch directory deleted afterwards.",
+        max_output = s.max_output_bytes,
+        timeout = s.timeout_seconds,
+        calls = s.max_tool_calls,
+        concurrent = s.max_concurrent_calls,
+    )
+}
