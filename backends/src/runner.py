@@ -6,7 +6,8 @@ its program is known, so everything is imported up front and the runner waits wa
 Design:
 * The channel is private. Fds 0/1 are duplicated to non-inheritable fds before the program exists; fd 0 then
   reads /dev/null and fds 1/2 feed a pipe drained by a daemon thread that turns whatever arrives into `output`
-  messages. So print, os.write(1, ...), C extensions and child processes never write a channel line; only a
+  messages, while sys.stdout/sys.stderr send their writes as `output` directly (nothing printed is stranded in
+  a pipe by a crash). So print, os.write(1, ...), C extensions and child processes never write a channel line; only a
   deliberate write to the private fd could (the server distrusts every line anyway). The runner writes whole
   lines under one lock, and nothing after its `done`.
 * Requests (`call`, `helper`) get ids from one counter; a daemon reader thread routes each `result` to the
@@ -20,6 +21,7 @@ import ast
 import asyncio
 import builtins
 import codecs
+import io
 import itertools
 import json
 import linecache
@@ -101,8 +103,52 @@ class Channel:
                 deliver(message)
 
 
+class OutputSink:
+    """Forwards program output as `output` messages, counting raw bytes against the cap. Past the cap it drops
+    output (writers never block); it stops only once MORE than the cap went out, so the server can tell."""
+
+    def __init__(self, channel):
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._forwarded = 0
+        self.limit = None  # known once the `run` message arrives; nothing is printed before that
+
+    def forward(self, text, size):
+        with self._lock:
+            if self.limit is not None and self._forwarded > self.limit:
+                return
+            self._forwarded += size
+        if text:
+            self._channel.send({"type": "output", "data": text})
+
+
+class DirectOutput(io.RawIOBase):
+    """Raw stream under sys.stdout/sys.stderr: each write goes straight to the server, so what a program printed
+    is not left in a pipe if it crashes. fileno() still names fd 1/2, whose writes the drain thread forwards."""
+
+    def __init__(self, sink, fd):
+        super().__init__()
+        self._sink = sink
+        self._fd = fd
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._fd
+
+    def write(self, data):
+        data = bytes(data)
+        for start in range(0, len(data), READ_CHUNK):  # chunks, so one huge write overshoots the cap by little
+            piece = data[start:start + READ_CHUNK]
+            self._sink.forward(self._decoder.decode(piece), len(piece))
+        return len(data)
+
+
 def take_over_fds():
-    """Move the channel off fds 0/1 and send everything written to fds 1/2 into a pipe we drain."""
+    """Move the channel off fds 0/1, send everything written to fds 1/2 into a pipe we drain, and make
+    sys.stdout/sys.stderr write straight to the server."""
     in_fd, out_fd = os.dup(0), os.dup(1)
     os.set_inheritable(in_fd, False)  # os.dup already does this; be explicit, children must not inherit
     os.set_inheritable(out_fd, False)
@@ -113,28 +159,26 @@ def take_over_fds():
     os.dup2(write_end, 2)
     os.close(write_end)  # only fds 1/2 may hold the write end, so pointing them away gives the drain EOF
     os.close(null)
+    channel = Channel(in_fd, out_fd)
+    sink = OutputSink(channel)
     sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
-    streams = [open(fd, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+    streams = [io.TextIOWrapper(DirectOutput(sink, fd), encoding="utf-8", errors="backslashreplace",
+                                line_buffering=True)
                for fd in (1, 2)]
     sys.stdout = sys.__stdout__ = streams[0]
     sys.stderr = sys.__stderr__ = streams[1]
-    return Channel(in_fd, out_fd), read_end, streams
+    return channel, sink, read_end, streams
 
 
-def pump_output(channel, fd, limit):
-    """Output thread: forward fd's bytes as `output` until EOF. Past the cap keep draining so writers never block."""
+def pump_output(sink, fd):
+    """Output thread: forward what is written to fds 1/2 (os.write, C code, children) until EOF."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # keeps split multi-byte chars
-    forwarded = 0
     while True:
         try:
             chunk = os.read(fd, READ_CHUNK)
         except OSError:  # e.g. the program closed our fd
             chunk = b""
-        if forwarded <= limit:  # stop once MORE than limit went out, so the server can tell it was cut
-            text = decoder.decode(chunk, final=not chunk)
-            if text:
-                channel.send({"type": "output", "data": text})
-            forwarded += len(chunk)
+        sink.forward(decoder.decode(chunk, final=not chunk), len(chunk))
         if not chunk:
             return
 
@@ -366,7 +410,7 @@ def finish(channel, pump, streams, error):
 
 
 def main():
-    channel, output_fd, streams = take_over_fds()
+    channel, sink, output_fd, streams = take_over_fds()
     channel.send({"type": "ready", "version": PROTOCOL_VERSION})
     try:
         code, tools, limit = parse_run(channel.receive())
@@ -375,7 +419,8 @@ def main():
                      last=True)
         os._exit(0)
     # Threads start only now: the cap is known, and output written earlier simply waits in the pipe.
-    pump = threading.Thread(target=pump_output, args=(channel, output_fd, limit), name="ptc-output", daemon=True)
+    sink.limit = limit
+    pump = threading.Thread(target=pump_output, args=(sink, output_fd), name="ptc-output", daemon=True)
     pump.start()
     threading.Thread(target=channel.serve_results, name="ptc-reader", daemon=True).start()
     error = run_program(code, make_globals(channel, tools, limit))

@@ -1,1 +1,8 @@
+//! Integration tests: the built `ptc-mcp` binary driven over stdio as an MCP client would, against real
+//! downstream servers (our mock fault-injection servers and third-party ones).
 
+mod common;
+
+mod cli;
+mod execute;
+mod registry;

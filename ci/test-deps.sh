@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Install the third-party MCP pieces the integration tests talk to, into one directory:
+#   venv/  a Python venv with the official MCP Python SDK (`mcp`, 2.x) and `mcp-server-time`
+#   npm/   @modelcontextprotocol/server-memory and @modelcontextprotocol/server-everything
+#
+# Usage: ci/test-deps.sh [DIR]        (DIR defaults to <repo>/target/test-deps)
+#        eval "$(ci/test-deps.sh)"    (stdout carries only the `export NAME=value` lines)
+#
+# Idempotent: a stamp file per part records what was installed; a second run with the same
+# pins does no network access and takes well under a second. Progress goes to stderr.
+#
+# Exports (read by the integration tests):
+#   PTC_TEST_SDK_PYTHON         the venv's python (has `mcp`); runs tests/clients/sdk_client.py
+#   PTC_TEST_TIME_SERVER        the `mcp-server-time` executable (stdio server; pass
+#                               `--local-timezone UTC` for a result that does not depend on the
+#                               machine's /etc/localtime, /etc/timezone or TZ)
+#   PTC_TEST_MEMORY_SERVER      server-memory's JS entry point, run with `node` (set
+#                               MEMORY_FILE_PATH to a temp file, or it writes into DIR/npm)
+#   PTC_TEST_EVERYTHING_SERVER  server-everything's JS entry point, run with `node` (stdio by default)
+set -euo pipefail
+
+# Pins, all verified together (Python 3.11, Node 20). mcp-server-time 2026.x requires mcp>=2.3,<3,
+# so both share one venv.
+MCP_VERSION=2.3.0
+MCP_SERVER_TIME_VERSION=2026.10.19
+SERVER_MEMORY_VERSION=2026.8.31
+SERVER_EVERYTHING_VERSION=2026.8.31
+
+log() { printf 'test-deps: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$script_dir/.." && pwd)
+dir=${1:-$repo_root/target/test-deps}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)  # absolute: the exports must work from any cwd
+
+# Two concurrent runs (e.g. parallel test binaries) must not install into the same tree at once.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$dir/.lock"
+    flock 9
+fi
+
+# --- Python: the official SDK and mcp-server-time ------------------------------------------
+python=${PYTHON:-python3}
+venv=$dir/venv
+py_pins="mcp==$MCP_VERSION mcp-server-time==$MCP_SERVER_TIME_VERSION"
+py_stamp=$venv/.ptc-test-deps
+
+venv_ok() {
+    [[ -f $py_stamp && $(<"$py_stamp") == "$py_pins" ]] \
+        && [[ -x $venv/bin/mcp-server-time ]] \
+        && "$venv/bin/python" -c '' 2>/dev/null  # the base interpreter may have gone away
+}
+
+if venv_ok; then
+    log "python: $py_pins already in $venv"
+else
+    command -v "$python" >/dev/null 2>&1 || die "$python not found (set PYTHON=...)"
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+        || die "$python is $("$python" -V 2>&1); mcp $MCP_VERSION needs Python >= 3.10"
+    if ! "$venv/bin/python" -c '' 2>/dev/null; then
+        log "python: creating venv $venv with $("$python" -V 2>&1)"
+        rm -rf "$venv"
+        "$python" -m venv "$venv" >&2
+    fi
+    log "python: installing $py_pins"
+    rm -f "$py_stamp"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+        "$venv/bin/python" -m pip install --quiet $py_pins >&2
+    "$venv/bin/python" -c 'import mcp.client, mcp_server_time' \
+        || die "the venv cannot import mcp / mcp_server_time after install"
+    [[ -x $venv/bin/mcp-server-time ]] || die "$venv/bin/mcp-server-time missing after install"
+    printf '%s' "$py_pins" >"$py_stamp"
+fi
+
+# --- npm: the reference servers ------------------------------------------------------------
+npm_dir=$dir/npm
+npm_pins="@modelcontextprotocol/server-memory@$SERVER_MEMORY_VERSION @modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION"
+npm_stamp=$npm_dir/.ptc-test-deps
+memory_js=$npm_dir/node_modules/@modelcontextprotocol/server-memory/dist/index.js
+everything_js=$npm_dir/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+
+if [[ -f $npm_stamp && $(<"$npm_stamp") == "$npm_pins" && -f $memory_js && -f $everything_js ]]; then
+    log "npm: $npm_pins already in $npm_dir"
+else
+    command -v npm >/dev/null 2>&1 || die "npm not found (Node.js 18+ with npm is needed)"
+    command -v node >/dev/null 2>&1 || die "node not found"
+    log "npm: installing $npm_pins"
+    rm -f "$npm_stamp"
+    mkdir -p "$npm_dir"
+    # npm prints its summary on stdout: keep stdout for the exports only.
+    npm install --prefix "$npm_dir" --no-audit --no-fund --save-exact $npm_pins >&2
+    [[ -f $memory_js ]] || die "$memory_js missing after install"
+    [[ -f $everything_js ]] || die "$everything_js missing after install"
+    printf '%s' "$npm_pins" >"$npm_stamp"
+fi
+
+# --- the environment the tests read ---------------------------------------------------------
+printf 'export %s=%q\n' \
+    PTC_TEST_SDK_PYTHON "$venv/bin/python" \
+    PTC_TEST_TIME_SERVER "$venv/bin/mcp-server-time" \
+    PTC_TEST_MEMORY_SERVER "$memory_js" \
+    PTC_TEST_EVERYTHING_SERVER "$everything_js"

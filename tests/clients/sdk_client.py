@@ -1,0 +1,252 @@
+"""Drive an MCP server over stdio with the official MCP Python SDK (`mcp` 2.x) and report as JSON.
+
+Run with the venv from ci/test-deps.sh ($PTC_TEST_SDK_PYTHON):
+
+    sdk_client.py [--protocol VERSION|auto|legacy] [--code CODE] -- COMMAND [ARGS...]
+
+Starts COMMAND with the SDK's stdio transport, connects in the chosen era, lists the tools, calls
+`list_callable_tools`, calls `execute_program` with CODE, and prints ONE JSON object on stdout:
+
+    {"negotiated_version": "2026-07-28", "lifecycle": "discover", "server_info": {...},
+     "wire": ["server/discover@2026-07-28", "tools/list@2026-07-28", ...],
+     "tools": [names], "callable": "<first text block>", "callable_extra": [more text blocks],
+     "execute": {"is_error": false, "text": "...", "structured": {...}}, "errors": {}}
+
+How the era is chosen (SDK 2.3.0, `mcp.client.Client(mode=...)`):
+  auto          Client(mode="auto"), the SDK default: sends `server/discover` at 2026-07-28 first and
+                falls back to `initialize` when the server does not answer it as a 2026 server.
+  2026-07-28    the same probe, but the run fails unless the server accepted 2026-07-28.
+                With --no-probe: Client(mode="2026-07-28"), which adopts the version without any
+                `server/discover` (every request just carries the per-request `_meta`).
+  2025-11-25    Client(mode="legacy"): the SDK's own `initialize` handshake (alias: legacy). The SDK
+                always offers its newest handshake version, 2025-11-25, and has no option to offer
+                another one.
+  2024-11-05, 2025-03-26, 2025-06-18
+                the SDK's ClientSession over the same transport, with the handshake done through its
+                public API (`send_request(InitializeRequest)`, `adopt`, `send_notification(initialized)`):
+                exactly what `ClientSession.initialize()` does, but offering the pinned version. From
+                then on the SDK validates results and stamps requests at the negotiated version.
+
+`wire` lists every message the client sent, as `method@version` (the `initialize` offer, or the
+per-request `_meta` protocol version), so a test can see which lifecycle went over the wire.
+
+Exit status: 0 when every request was answered (a tool result with isError still counts as an
+answer), 1 when some request got a JSON-RPC error (see "errors"), 2 when the connection failed.
+The server's stderr passes through to this script's stderr; stdout carries only the JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.client import Client, ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import PROTOCOL_VERSION_META_KEY
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+
+CLIENT_INFO = types.Implementation(name="ptc-mcp-sdk-test-client", version="0.1.0")
+PROTOCOL_CHOICES = ("auto", "legacy", *HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
+
+
+class _RecordingWriteStream:
+    """Wraps the transport's write stream and notes `method@version` for each message sent."""
+
+    def __init__(self, inner: Any, wire: list[str]) -> None:
+        self._inner = inner
+        self._wire = wire
+
+    async def send(self, item: Any, /) -> None:
+        message = getattr(item, "message", None)
+        method = getattr(message, "method", None)
+        if method is not None:
+            params = getattr(message, "params", None) or {}
+            version = params.get("protocolVersion") if method == "initialize" else None
+            version = version or (params.get("_meta") or {}).get(PROTOCOL_VERSION_META_KEY)
+            self._wire.append(f"{method}@{version}" if version else method)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _RecordingWriteStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self._inner.__aexit__(*exc)
+
+
+@asynccontextmanager
+async def _recording_stdio(params: StdioServerParameters, wire: list[str]) -> AsyncIterator[Any]:
+    async with stdio_client(params) as (read_stream, write_stream):
+        yield read_stream, _RecordingWriteStream(write_stream, wire)
+
+
+async def _pinned_initialize(session: ClientSession, version: str) -> None:
+    """`ClientSession.initialize()`, offering `version` instead of the SDK's newest handshake version."""
+    result = await session.send_request(
+        types.InitializeRequest(
+            params=types.InitializeRequestParams(
+                protocol_version=version,
+                capabilities=types.ClientCapabilities(),
+                client_info=CLIENT_INFO,
+            )
+        ),
+        types.InitializeResult,
+    )
+    if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        raise RuntimeError(f"Unsupported protocol version from the server: {result.protocol_version}")
+    session.adopt(result)
+    await session.send_notification(types.InitializedNotification())
+
+
+def _texts(result: types.CallToolResult) -> list[str]:
+    return [block.text for block in result.content if isinstance(block, types.TextContent)]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in exc.exceptions)
+    if isinstance(exc, MCPError):
+        return f"MCPError {exc.code}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _exercise(api: Any, session: ClientSession, code: str, report: dict[str, Any]) -> None:
+    """List tools, call list_callable_tools and execute_program; `api` is a Client or a ClientSession."""
+    report["negotiated_version"] = session.protocol_version
+    if session.discover_result is not None:
+        report["lifecycle"] = "discover"
+    elif session.initialize_result is not None:
+        report["lifecycle"] = "initialize"
+    else:
+        report["lifecycle"] = "adopt"  # a 2026 version pinned without a probe
+    info = session.server_info
+    report["server_info"] = info.model_dump(mode="json", exclude_none=True) if info is not None else None
+
+    errors = report["errors"]
+    try:
+        listing = await api.list_tools()
+        report["tools"] = [tool.name for tool in listing.tools]
+    except MCPError as exc:
+        errors["tools/list"] = _describe(exc)
+
+    try:
+        callable_result = await api.call_tool("list_callable_tools", {})
+        texts = _texts(callable_result)
+        report["callable"] = texts[0] if texts else None
+        report["callable_extra"] = texts[1:]
+        if callable_result.is_error:
+            errors["list_callable_tools"] = "isError: " + "\n".join(texts)
+    except MCPError as exc:
+        errors["list_callable_tools"] = _describe(exc)
+
+    try:
+        run = await api.call_tool("execute_program", {"code": code})
+        report["execute"] = {
+            "is_error": bool(run.is_error),
+            "text": "\n".join(_texts(run)),
+            "structured": run.structured_content,
+        }
+    except MCPError as exc:
+        errors["execute_program"] = _describe(exc)
+
+
+async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> None:
+    env = None if args.sdk_default_env else dict(os.environ)
+    params = StdioServerParameters(command=args.command[0], args=args.command[1:], env=env)
+    transport = _recording_stdio(params, report["wire"])
+    protocol = LATEST_HANDSHAKE_VERSION if args.protocol == "legacy" else args.protocol
+
+    if protocol in HANDSHAKE_PROTOCOL_VERSIONS and protocol != LATEST_HANDSHAKE_VERSION:
+        async with transport as (read_stream, write_stream):
+            async with ClientSession(
+                read_stream, write_stream, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO
+            ) as session:
+                await _pinned_initialize(session, protocol)
+                await _exercise(session, session, code, report)
+        return
+
+    if protocol == LATEST_HANDSHAKE_VERSION:
+        mode = "legacy"
+    elif protocol in MODERN_PROTOCOL_VERSIONS and args.no_probe:
+        mode = protocol
+    else:
+        mode = "auto"
+    async with Client(transport, mode=mode, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO) as client:
+        if protocol in MODERN_PROTOCOL_VERSIONS and client.protocol_version != protocol:
+            report["errors"]["connect"] = (
+                f"asked for {protocol} but the SDK negotiated {client.protocol_version} "
+                f"(server/discover was not accepted at {protocol})"
+            )
+        await _exercise(client, client.session, code, report)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        usage="%(prog)s [--protocol P] [--code CODE | --code-file FILE] [--timeout S] -- COMMAND [ARGS...]",
+    )
+    parser.add_argument("--protocol", default="auto", choices=PROTOCOL_CHOICES,
+                        help="era / version to connect with (default: auto, the SDK default)")
+    parser.add_argument("--no-probe", action="store_true",
+                        help="with --protocol 2026-07-28: adopt the version without server/discover")
+    parser.add_argument("--code", default="print(1)", help="program for execute_program (default: print(1))")
+    parser.add_argument("--code-file", help="read the program for execute_program from this file")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds for each request and for the whole run (default: 60)")
+    parser.add_argument("--sdk-default-env", action="store_true",
+                        help="give the server only the SDK's default environment (PATH, HOME, ...) "
+                             "instead of this process's whole environment")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the server command")
+    args = parser.parse_args()
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        parser.error("give the server command after --")
+    code = args.code
+    if args.code_file:
+        with open(args.code_file, encoding="utf-8") as f:
+            code = f.read()
+
+    report: dict[str, Any] = {
+        "negotiated_version": None,
+        "lifecycle": None,
+        "server_info": None,
+        "wire": [],
+        "tools": None,
+        "callable": None,
+        "callable_extra": [],
+        "execute": None,
+        "errors": {},
+    }
+
+    async def bounded() -> None:
+        with anyio.fail_after(args.timeout):
+            await _run(args, code, report)
+
+    status = 0
+    try:
+        anyio.run(bounded)
+    except Exception as exc:  # connection failures, timeouts, a server that died mid-run
+        report["errors"]["connect"] = _describe(exc)
+        status = 2
+    if status == 0 and report["errors"]:
+        status = 2 if "connect" in report["errors"] else 1
+    json.dump(report, sys.stdout)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

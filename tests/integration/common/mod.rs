@@ -1,0 +1,168 @@
+//! Shared fixtures: the built `ptc-mcp` binary driven over stdio by an rmcp client, configs pointing at our
+//! mock downstream servers, and guards for what a test needs from the machine.
+
+#![allow(dead_code)] // Each suite uses a different part of the fixtures.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::ServiceExt;
+use serde_json::{Map, Value, json};
+use tempfile::TempDir;
+use tokio::process::{Child, Command};
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_ptc-mcp");
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// A YAML server entry for our mock downstream, with extra command-line flags.
+pub fn mock_server(name: &str, flags: &[&str]) -> String {
+    let mut args = vec![repo_path("tests/servers/mock_server.py").display().to_string(), "--name".into(), name.into()];
+    args.extend(flags.iter().map(|f| f.to_string()));
+    format!("  - name: {name}\n    command: python3\n    args: {}\n", json!(args))
+}
+
+/// A config with these server entries (already YAML list items) and extra `execution` keys.
+pub fn config(servers: &[String], execution: &str) -> String {
+    let servers = if servers.is_empty() { "servers: []\n".to_string() } else { format!("servers:\n{}", servers.concat()) };
+    format!("{servers}execution:\n  sandbox: {}\n{execution}", sandbox_under_test())
+}
+
+/// The sandbox the suite runs programs in: `PTC_TEST_SANDBOX`, default `none`.
+pub fn sandbox_under_test() -> String {
+    std::env::var("PTC_TEST_SANDBOX").unwrap_or_else(|_| "none".to_string())
+}
+
+/// A running `ptc-mcp` with an MCP client session to it.
+pub struct Ptc {
+    pub client: RunningService<RoleClient, ()>,
+    pub child: Child,
+    pub dir: TempDir,
+}
+
+impl Ptc {
+    /// Starts the binary on `config_text` (written to a temp dir, which is also its working directory).
+    pub async fn start(config_text: &str) -> Ptc {
+        Ptc::start_with_env(config_text, &[]).await
+    }
+
+    pub async fn start_with_env(config_text: &str, env: &[(&str, &str)]) -> Ptc {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, config_text).unwrap();
+        let mut child = Command::new(BINARY)
+            .arg("--config")
+            .arg(&path)
+            .current_dir(dir.path())
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the ptc-mcp binary starts");
+        let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+        let client = tokio::time::timeout(Duration::from_secs(10), ().serve(transport))
+            .await
+            .expect("initialize is answered in time")
+            .expect("initialize succeeds");
+        Ptc { client, child, dir }
+    }
+
+    pub async fn call(&self, tool: &str, arguments: Value) -> CallToolResult {
+        let arguments: Map<String, Value> = arguments.as_object().cloned().unwrap_or_default();
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        tokio::time::timeout(Duration::from_secs(120), self.client.peer().call_tool(params))
+            .await
+            .expect("the tool call is answered in time")
+            .expect("the tool call succeeds at the protocol level")
+    }
+
+    /// Runs a program; returns the whole result.
+    pub async fn execute(&self, code: &str) -> Run {
+        Run(self.call("execute_program", json!({ "code": code })).await)
+    }
+
+    pub async fn list_callable_tools(&self) -> (Vec<String>, Option<String>) {
+        let result = self.call("list_callable_tools", json!({})).await;
+        let names = serde_json::from_str(&text_block(&result, 0)).unwrap();
+        let problems = result.content.get(1).and_then(|b| b.as_text()).map(|t| t.text.clone());
+        (names, problems)
+    }
+
+    /// Polls `list_callable_tools` until `check` holds on the names (at most `limit`).
+    pub async fn wait_for_tools(&self, limit: Duration, check: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let (names, _) = self.list_callable_tools().await;
+            if check(&names) || tokio::time::Instant::now() > deadline {
+                return names;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// An `execute_program` result.
+pub struct Run(pub CallToolResult);
+
+impl Run {
+    pub fn text(&self) -> String {
+        text_block(&self.0, 0)
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.0.is_error == Some(true)
+    }
+
+    pub fn structured(&self) -> Value {
+        self.0.structured_content.clone().expect("execute_program always returns structured content")
+    }
+
+    /// Asserts the run succeeded and returns its text.
+    pub fn expect_ok(&self) -> String {
+        assert!(!self.is_error(), "the run failed:\n{}", self.text());
+        self.text()
+    }
+
+    /// Asserts the run failed and returns its text.
+    pub fn expect_error(&self) -> String {
+        assert!(self.is_error(), "the run succeeded but should have failed:\n{}", self.text());
+        self.text()
+    }
+}
+
+pub fn text_block(result: &CallToolResult, index: usize) -> String {
+    result.content.get(index).and_then(|b| b.as_text()).map(|t| t.text.clone()).unwrap_or_default()
+}
+
+/// Skips (returns `None` with a printed reason) when a machine-level prerequisite is missing, unless CI
+/// requires it through `PTC_REQUIRE=<name>,...` — then a missing prerequisite fails the test.
+pub fn require(name: &str, available: Result<(), String>) -> Option<()> {
+    match available {
+        Ok(()) => Some(()),
+        Err(why) => {
+            let required = std::env::var("PTC_REQUIRE").unwrap_or_default();
+            if required.split(',').any(|r| r.trim() == name) {
+                panic!("{name} is required (PTC_REQUIRE) but unavailable: {why}");
+            }
+            eprintln!("SKIPPED: needs {name}: {why}");
+            None
+        }
+    }
+}
+
+/// Whether a process exists and is not a zombie (this machine's init may leave zombies unreaped).
+pub fn is_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}

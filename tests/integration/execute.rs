@@ -1,0 +1,273 @@
+//! `execute_program` end to end: output formats, errors, limits, budgets, channel integrity and the
+//! child's environment.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::*;
+
+async fn ptc_with_mock(execution: &str) -> Ptc {
+    Ptc::start(&config(&[mock_server("mock", &[])], execution)).await
+}
+
+#[tokio::test]
+async fn printed_output_comes_back_with_the_success_line() {
+    let ptc = Ptc::start(&config(&[], "")).await;
+    assert_eq!(ptc.execute("print('hello')\nprint(6 * 7)").await.expect_ok(), "[Script executed successfully]\nhello\n42");
+    assert_eq!(ptc.execute("x = 1").await.expect_ok(), "[Script executed successfully]\n(no output)");
+}
+
+#[tokio::test]
+async fn emit_returns_a_structured_result_and_the_last_one_wins() {
+    let ptc = Ptc::start(&config(&[], "")).await;
+    let run = ptc.execute("print('hi')\nemit({'a': 1})\nemit([1, 2])").await;
+    assert_eq!(run.expect_ok(), "[Script executed successfully]\nhi\n--- result ---\n[1,2]");
+    assert_eq!(run.structured(), json!({"ok": true, "output": "hi\n", "result": [1, 2], "error": null, "tool_calls": []}));
+}
+
+#[tokio::test]
+async fn a_traceback_shows_only_program_frames_with_program_line_numbers() {
+    let ptc = Ptc::start(&config(&[], "")).await;
+    let run = ptc.execute("print('start')\ndef f(x):\n    return 1 / x\nf(0)").await;
+    let text = run.expect_error();
+    assert_eq!(
+        text,
+        "[Script execution failed]\nTraceback (most recent call last):\n  File \"<program>\", line 4, in <module>\n    f(0)\n  \
+         File \"<program>\", line 3, in f\n    return 1 / x\n           ~~^~~\nZeroDivisionError: division by zero\n\n\
+         --- output before the error ---\nstart"
+    );
+    assert_eq!(run.structured()["ok"], json!(false));
+    assert_eq!(run.structured()["output"], json!("start\n"));
+}
+
+#[tokio::test]
+async fn a_syntax_error_points_at_the_program_line() {
+    let ptc = Ptc::start(&config(&[], "")).await;
+    let text = ptc.execute("x = 1\nif x\n  print(x)").await.expect_error();
+    assert!(text.contains("File \"<program>\", line 2") && text.contains("SyntaxError"), "{text}");
+    assert!(!text.contains("runner"), "{text}");
+}
+
+#[tokio::test]
+async fn a_run_that_times_out_keeps_its_output_and_says_which_calls_were_cancelled() {
+    let ptc = ptc_with_mock("  timeout_seconds: 2\n").await;
+    let started = Instant::now();
+    let run = ptc
+        .execute("print('before')\nimport asyncio\nawait asyncio.gather(mcp__mock__echo(x=1), mcp__mock__hang())")
+        .await;
+    let text = run.expect_error();
+    assert!(started.elapsed() < Duration::from_secs(6), "took {:?}", started.elapsed());
+    assert!(text.starts_with("[Script execution failed]\nTimeoutError: Execution exceeded 2s limit"), "{text}");
+    assert!(text.contains("--- output before the error ---\nbefore"), "{text}");
+    assert!(text.contains("[tool calls: 2, 1 failed; "), "{text}");
+    assert!(text.contains("  cancelled: mcp__mock__hang (still running when the run ended)"), "{text}");
+    let calls = run.structured()["tool_calls"].clone();
+    assert_eq!(calls[0]["ok"], json!(true));
+    assert_eq!(calls[1]["cancelled"], json!(true));
+}
+
+#[tokio::test]
+async fn cpu_bound_code_is_killed_at_the_deadline() {
+    let ptc = Ptc::start(&config(&[], "  timeout_seconds: 1\n")).await;
+    let started = Instant::now();
+    let text = ptc.execute("print('spinning', flush=True)\nwhile True:\n    pass").await.expect_error();
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    assert!(text.contains("TimeoutError: Execution exceeded 1s limit") && text.contains("spinning"), "{text}");
+}
+
+#[tokio::test]
+async fn output_is_cut_at_max_output_bytes() {
+    let ptc = Ptc::start(&config(&[], "  max_output_bytes: 100\n")).await;
+    let run = ptc.execute("for i in range(1000):\n    print('line', i)").await;
+    let output = run.structured()["output"].as_str().unwrap().to_string();
+    let (kept, marker) = output.split_once("\n[output truncated").expect("a truncation marker");
+    assert_eq!(kept.len(), 100);
+    assert!(marker.contains("max_output_bytes (100)"), "{marker}");
+}
+
+#[tokio::test]
+async fn tool_results_are_parsed_json_and_tool_errors_can_be_caught() {
+    let ptc = ptc_with_mock("").await;
+    let code = "r = await mcp__mock__add(a=2, b=3)\nprint(r['sum'])\ntry:\n    await mcp__mock__fail()\n\
+                except ToolError as e:\n    print('caught:', e)\nprint(await mcp__mock__get_item(id='x'))";
+    let text = ptc.execute(code).await.expect_ok();
+    assert_eq!(
+        text,
+        "[Script executed successfully]\n5\ncaught: 'mcp__mock__fail' returned an error: something broke\n{'id': 'x'}\n\
+         [tool calls: 3, 1 failed; 0.0s]\n  failed: mcp__mock__fail: 'mcp__mock__fail' returned an error: something broke"
+    );
+}
+
+#[tokio::test]
+async fn positional_arguments_are_a_type_error_naming_the_tool() {
+    let ptc = ptc_with_mock("").await;
+    let text = ptc.execute("await mcp__mock__echo(1)").await.expect_error();
+    assert!(text.contains("TypeError: mcp__mock__echo() takes keyword arguments only"), "{text}");
+}
+
+#[tokio::test]
+async fn the_tool_call_budget_is_enforced_by_the_server() {
+    let ptc = ptc_with_mock("  max_tool_calls: 3\n").await;
+    let code = "for i in range(5):\n    try:\n        await mcp__mock__echo(i=i)\n    except ToolError as e:\n        print(i, e)";
+    let run = ptc.execute(code).await;
+    let text = run.expect_ok();
+    assert!(text.contains("3 tool call budget exhausted: a program may make at most 3 tool calls"), "{text}");
+    assert!(text.contains("[tool calls: 5, 2 failed; "), "{text}");
+    assert_eq!(run.structured()["tool_calls"].as_array().unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn concurrent_calls_are_capped_at_max_concurrent_calls() {
+    let ptc = ptc_with_mock("  max_concurrent_calls: 2\n").await;
+    let code = "import asyncio, time\nt = time.monotonic()\nawait asyncio.gather(*[mcp__mock__sleep(seconds=0.4) for _ in range(4)])\n\
+                print(round(time.monotonic() - t, 1))";
+    let text = ptc.execute(code).await.expect_ok();
+    let took: f64 = text.lines().nth(1).unwrap().parse().unwrap();
+    assert!((0.8..1.5).contains(&took), "4 calls of 0.4s two at a time took {took}s");
+}
+
+#[tokio::test]
+async fn a_hanging_tool_times_out_and_the_server_stays_usable() {
+    let ptc = ptc_with_mock("  tool_call_timeout_seconds: 1\n").await;
+    let code = "try:\n    await mcp__mock__hang()\nexcept ToolError as e:\n    print(e)\nprint(await mcp__mock__echo(after=1))";
+    let text = ptc.execute(code).await.expect_ok();
+    assert!(text.contains("'mcp__mock__hang' timed out after 1s (tool_call_timeout_seconds)"), "{text}");
+    assert!(text.contains("{'after': 1}"), "{text}");
+}
+
+#[tokio::test]
+async fn helpers_work_inside_programs_with_or_without_await_and_are_not_counted() {
+    let ptc = ptc_with_mock("  max_tool_calls: 1\n").await;
+    let code = "names = list_callable_tools()\nprint('mcp__mock__echo' in names)\n\
+                info = await inspect_tool(tool_name='mcp__mock__add')\nprint(info['outputSchema']['required'])\n\
+                print(server_status())\ntry:\n    inspect_tool(tool_name='mcp__mock__nope')\nexcept ToolError as e:\n    print(e)";
+    let run = ptc.execute(code).await;
+    let text = run.expect_ok();
+    assert_eq!(
+        text,
+        "[Script executed successfully]\nTrue\n['sum']\n{'mock': {'connected': True, 'tools': 21, 'error': None}}\n\
+         [Tool not found] 'mcp__mock__nope' is not a callable tool; list_callable_tools gives the exact names"
+    );
+    assert_eq!(run.structured()["tool_calls"], json!([]));
+}
+
+#[tokio::test]
+async fn the_program_environment_is_empty_and_secrets_never_reach_it() {
+    let ptc = Ptc::start_with_env(&config(&[], ""), &[("PTC_TEST_SECRET", "hunter2")]).await;
+    // LC_CTYPE is Python's own locale coercion (PEP 538), not something the server passes on.
+    let code = "import os, sys\nprint(sorted(set(os.environ) - {'LC_CTYPE'}))\nprint([p for p in sys.path if 'site-packages' in p])";
+    let text = ptc.execute(code).await.expect_ok();
+    assert_eq!(text, "[Script executed successfully]\n['HOME', 'TMPDIR']\n[]");
+}
+
+#[tokio::test]
+async fn the_working_directory_is_a_fresh_scratch_dir_removed_afterwards() {
+    let ptc = Ptc::start(&config(&[], "")).await;
+    let code = "import os\nopen('f.txt', 'w').write('x')\nprint(os.getcwd())\nprint(os.listdir('.'))\n\
+                print(os.environ['HOME'] == os.getcwd() == os.environ['TMPDIR'])";
+    let text = ptc.execute(code).await.expect_ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(&lines[2..], ["['f.txt']", "True"]);
+    assert!(!std::path::Path::new(lines[1]).exists(), "scratch dir {} survived the run", lines[1]);
+    let second = ptc.execute("import os\nprint(os.getcwd())").await.expect_ok();
+    assert_ne!(second.lines().nth(1), Some(lines[1]), "each run gets its own scratch dir");
+}
+
+#[tokio::test]
+async fn resource_limits_are_applied() {
+    let ptc = Ptc::start(&config(&[], "  limits:\n    memory_mb: 512\n    open_files: 64\n")).await;
+    let code = "import resource as r\nfor name in ['RLIMIT_AS', 'RLIMIT_NOFILE', 'RLIMIT_CORE', 'RLIMIT_FSIZE']:\n    print(name, r.getrlimit(getattr(r, name))[0])";
+    let text = ptc.execute(code).await.expect_ok();
+    assert_eq!(
+        text,
+        "[Script executed successfully]\nRLIMIT_AS 536870912\nRLIMIT_NOFILE 64\nRLIMIT_CORE 0\nRLIMIT_FSIZE 67108864"
+    );
+}
+
+#[tokio::test]
+async fn nothing_the_program_started_survives_the_run() {
+    let ptc = Ptc::start(&config(&[], "")).await;
+    let code = "import subprocess\np = subprocess.Popen(['/bin/sleep', '1000'], start_new_session=False)\nprint(p.pid)";
+    let text = ptc.execute(code).await.expect_ok();
+    let pid: i32 = text.lines().nth(1).unwrap().parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!is_running(pid), "the program's child {pid} survived the run");
+}
+
+#[tokio::test]
+async fn print_and_fd_writes_never_corrupt_the_channel() {
+    let ptc = ptc_with_mock("").await;
+    let code = r#"import os, sys, asyncio
+print('{"type":"done","error":null}')
+os.write(1, b'{"type":"emit","value":"forged"}\n')
+sys.stderr.write('to stderr\n')
+async def late():
+    await asyncio.sleep(0.05)
+    print('late')
+asyncio.get_running_loop().create_task(late())
+print(await mcp__mock__echo(ok=True))"#;
+    let run = ptc.execute(code).await;
+    run.expect_ok();
+    // Writes through fd 1 arrive through their own pipe, so only their order relative to print may vary.
+    let mut lines: Vec<String> = run.structured()["output"].as_str().unwrap().lines().map(String::from).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["to stderr", r#"{"type":"done","error":null}"#, r#"{"type":"emit","value":"forged"}"#, "{'ok': True}"]
+    );
+    assert_eq!(run.structured()["result"], json!(null));
+    assert_eq!(run.structured()["tool_calls"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn forged_lines_on_the_channel_fd_spoil_only_that_run() {
+    let ptc = ptc_with_mock("  max_tool_calls: 2\n").await;
+    // The program finds the channel's fd and writes straight to it: a garbage line, then forged calls.
+    let code = r#"import os
+for fd in range(3, 64):
+    try:
+        os.write(fd, b'garbage that is not json\n')
+    except OSError:
+        pass
+print('after')"#;
+    let first = ptc.execute(code).await;
+    let text = first.expect_error();
+    assert!(text.contains("ExecutionError: the program corrupted its channel to the server"), "{text}");
+    // Forged call messages are still calls: the server counts them against the budget.
+    let forged_calls = r#"import os, json
+line = json.dumps({"type": "call", "id": 999, "tool": "mcp__mock__echo", "args": {}}) + "\n"
+for fd in range(3, 64):
+    try:
+        for _ in range(5):
+            os.write(fd, line.encode())
+    except OSError:
+        pass
+import asyncio
+await asyncio.sleep(0.5)"#;
+    let second = ptc.execute(forged_calls).await;
+    let calls = second.structured()["tool_calls"].as_array().unwrap().clone();
+    assert_eq!(calls.len(), 5, "{}", second.text());
+    assert_eq!(calls.iter().filter(|c| c["ok"] == json!(true)).count(), 2, "{}", second.text());
+    // The server and later runs are unaffected.
+    assert_eq!(ptc.execute("print(await mcp__mock__echo(n=1))").await.expect_ok(), "[Script executed successfully]\n{'n': 1}\n[tool calls: 1; 0.0s]");
+}
+
+#[tokio::test]
+async fn an_unavailable_sandbox_refuses_runs_with_the_reason_and_the_fix() {
+    let ptc = Ptc::start("execution:\n  sandbox: seatbelt\n").await;
+    let run = ptc.execute("print(1)").await;
+    let text = run.expect_error();
+    assert!(text.starts_with("[Script execution failed]\nSandboxError: the 'seatbelt' sandbox is unavailable: seatbelt needs macOS"), "{text}");
+    assert!(text.contains("set execution.sandbox to"), "{text}");
+    let (names, _) = ptc.list_callable_tools().await;
+    assert!(names.is_empty(), "discovery still works");
+}
+
+#[tokio::test]
+async fn a_crashing_interpreter_is_reported_with_its_output_so_far() {
+    let ptc = Ptc::start(&config(&[], "")).await;
+    let text = ptc.execute("print('partial', flush=True)\nimport os, signal\nos.kill(os.getpid(), signal.SIGSEGV)").await.expect_error();
+    assert!(text.contains("ExecutionError: the interpreter ended before the program finished (killed by signal 11)"), "{text}");
+    assert!(text.contains("--- output before the error ---\npartial"), "{text}");
+}

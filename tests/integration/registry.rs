@@ -1,0 +1,1 @@
+//! Downstream servers through the registry: result parsing, faults, reconnects, filters.
