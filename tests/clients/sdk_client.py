@@ -124,12 +124,12 @@ def _describe(exc: BaseException) -> str:
 async def _exercise(api: Any, session: ClientSession, code: str, report: dict[str, Any]) -> None:
     """List tools, call list_callable_tools and execute_program; `api` is a Client or a ClientSession."""
     report["negotiated_version"] = session.protocol_version
-    if session.discover_result is not None:
-        report["lifecycle"] = "discover"
-    elif session.initialize_result is not None:
+    if session.initialize_result is not None:
         report["lifecycle"] = "initialize"
+    elif any(sent.startswith("server/discover") for sent in report["wire"]):
+        report["lifecycle"] = "discover"
     else:
-        report["lifecycle"] = "adopt"  # a 2026 version pinned without a probe
+        report["lifecycle"] = "adopt"  # a 2026 version pinned without a probe (--no-probe)
     info = session.server_info
     report["server_info"] = info.model_dump(mode="json", exclude_none=True) if info is not None else None
 

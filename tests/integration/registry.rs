@@ -1,1 +1,172 @@
-//! Downstream servers through the registry: result parsing, faults, reconnects, filters.
+//! Downstream servers through the registry: name mapping, result parsing over the wire, faults,
+//! supervision and reconnects, filters.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::*;
+
+async fn ptc_with(flags: &[&str], execution: &str) -> Ptc {
+    Ptc::start(&config(&[mock_server("mock", flags)], execution)).await
+}
+
+/// Runs `print(repr(await <call>))` (or the ToolError) and returns the printed line.
+async fn outcome(ptc: &Ptc, call: &str) -> String {
+    let code = format!("try:\n    print(repr(await {call}))\nexcept ToolError as e:\n    print('ToolError:', e)");
+    let run = ptc.execute(&code).await;
+    run.expect_ok();
+    run.structured()["output"].as_str().unwrap().trim_end().to_string()
+}
+
+#[tokio::test]
+async fn every_result_shape_reaches_the_program_as_the_spec_says() {
+    let ptc = ptc_with(&[], "  max_tool_result_bytes: 1000\n").await;
+    let cases = [
+        ("mcp__mock__add(a=1, b=2)", "{'sum': 3}"),
+        ("mcp__mock__structured_with_note()", "{'value': 1, '_notes': ['EMPTY RESULT warning: nothing matched']}"),
+        ("mcp__mock__sdk_list()", "[1, 2, 3]"),
+        ("mcp__mock__fastmcp_wrapped()", "'hello'"),
+        ("mcp__mock__fastmcp_meta_wrapped()", "[4, 5]"),
+        ("mcp__mock__multi_text()", "{'items': [1, 2], '_notes': ['Found 2 items']}"),
+        ("mcp__mock__plain_text()", "'hello world'"),
+        ("mcp__mock__image()", "{'result': 'chart attached', '_notes': ['[non-text content omitted: image (image/png)]']}"),
+        ("mcp__mock__fail()", "ToolError: 'mcp__mock__fail' returned an error: something broke"),
+        ("mcp__mock__rpc_error()", "ToolError: 'mcp__mock__rpc_error' failed: internal failure (JSON-RPC error -32000)"),
+        ("mcp__mock__echo(text='é ✓')", "{'text': 'é ✓'}"),
+    ];
+    for (call, expected) in cases {
+        assert_eq!(outcome(&ptc, call).await, expected, "for {call}");
+    }
+    let schema = outcome(&ptc, "mcp__mock__bad_schema()").await;
+    assert!(
+        schema.starts_with("ToolError: 'mcp__mock__bad_schema' returned a result that does not match its output schema at /count"),
+        "{schema}"
+    );
+    let huge = outcome(&ptc, "mcp__mock__huge(size=5000)").await;
+    assert!(
+        huge.starts_with("ToolError: 'mcp__mock__huge' returned 5012 bytes, more than max_tool_result_bytes (1000); ask it for less"),
+        "{huge}"
+    );
+}
+
+#[tokio::test]
+async fn a_large_result_arrives_whole() {
+    let ptc = ptc_with(&[], "").await;
+    let run = ptc.execute("r = await mcp__mock__huge(size=8_000_000)\nprint(len(r['data']))").await;
+    run.expect_ok();
+    assert_eq!(run.structured()["output"], json!("8000000\n"));
+}
+
+#[tokio::test]
+async fn names_map_to_identifiers_and_collisions_are_reported_not_overwritten() {
+    let ptc = ptc_with(&["--collide"], "").await;
+    let (names, problems) = ptc.list_callable_tools().await;
+    assert!(names.contains(&"mcp__mock__get_item".to_string()));
+    assert!(!names.iter().any(|n| n.contains("dup")), "{names:?}");
+    let problems = problems.expect("the collision is reported");
+    assert!(
+        problems.contains("'dup-name' of server 'mock', 'dup_name' of server 'mock' all map to 'mcp__mock__dup_name'; none of them is callable"),
+        "{problems}"
+    );
+    assert_eq!(outcome(&ptc, "mcp__mock__get_item(id='7')").await, "{'id': '7'}");
+}
+
+#[tokio::test]
+async fn paginated_tool_lists_are_followed_to_the_end() {
+    let ptc = ptc_with(&["--page-size", "3", "--extra-tools", "5"], "").await;
+    let (names, _) = ptc.list_callable_tools().await;
+    assert_eq!(names.len(), 26, "{names:?}");
+    assert!(names.contains(&"mcp__mock__extra_4".to_string()));
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "names are sorted");
+}
+
+#[tokio::test]
+async fn inspect_tool_shows_the_schema_and_a_note_only_without_output_schema() {
+    let ptc = ptc_with(&[], "").await;
+    let result = ptc.call("inspect_tool", json!({"tool_name": "mcp__mock__add"})).await;
+    let inspection: serde_json::Value = serde_json::from_str(&text_block(&result, 0)).unwrap();
+    assert_eq!(inspection["name"], json!("mcp__mock__add"));
+    assert_eq!(inspection["outputSchema"]["required"], json!(["sum"]));
+    assert!(inspection.get("note").is_none());
+    let plain = ptc.call("inspect_tool", json!({"tool_name": "mcp__mock__echo"})).await;
+    let plain: serde_json::Value = serde_json::from_str(&text_block(&plain, 0)).unwrap();
+    assert_eq!(plain["outputSchema"], json!(null));
+    assert!(plain["note"].as_str().unwrap().contains("No output schema"));
+    let missing = ptc.call("inspect_tool", json!({"tool_name": "mcp__mock__nope"})).await;
+    assert_eq!(missing.is_error, Some(true));
+    assert!(text_block(&missing, 0).starts_with("[Tool not found] 'mcp__mock__nope'"));
+}
+
+#[tokio::test]
+async fn allow_and_block_globs_filter_namespaced_names() {
+    let allow = Ptc::start(&config(&[mock_server("mock", &[])], "").replace("execution:", "tools:\n  allow: ['mcp__mock__e*']\nexecution:")).await;
+    assert_eq!(allow.list_callable_tools().await.0, ["mcp__mock__echo", "mcp__mock__env"]);
+    let run = allow.execute("await mcp__mock__add(a=1, b=2)").await;
+    assert!(run.expect_error().contains("NameError: name 'mcp__mock__add' is not defined"), "{}", run.text());
+    let block = Ptc::start(&config(&[mock_server("mock", &[])], "").replace("execution:", "tools:\n  block: ['*hang*', '*crash*']\nexecution:")).await;
+    let names = block.list_callable_tools().await.0;
+    assert!(names.contains(&"mcp__mock__echo".to_string()) && !names.iter().any(|n| n.contains("hang") || n.contains("crash")));
+}
+
+#[tokio::test]
+async fn a_server_that_never_starts_is_named_with_its_reason_and_others_still_work() {
+    let ptc = Ptc::start(&config(&[mock_server("broken", &["--fail-start"]), mock_server("good", &[])], "")).await;
+    let (names, problems) = ptc.list_callable_tools().await;
+    assert!(names.iter().all(|n| n.starts_with("mcp__good__")) && !names.is_empty(), "{names:?}");
+    let problems = problems.expect("the broken server is named");
+    assert!(problems.contains("server 'broken' is unavailable"), "{problems}");
+    assert!(problems.contains("mock: failing at start as asked"), "the reason includes its stderr: {problems}");
+    let status = ptc.execute("print(server_status()['broken']['connected'])").await.expect_ok();
+    assert!(status.contains("\nFalse"), "{status}");
+}
+
+#[tokio::test]
+async fn a_crashed_server_is_reconnected_and_its_tools_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("starts");
+    let state_arg = state.display().to_string();
+    let ptc = ptc_with(&["--state-file", &state_arg], "").await;
+    let before = outcome(&ptc, "mcp__mock__counter()").await;
+    let crashed = outcome(&ptc, "mcp__mock__crash()").await;
+    assert_eq!(crashed, "ToolError: 'mcp__mock__crash' failed: the connection to server 'mock' was lost");
+    let names = ptc.wait_for_tools(Duration::from_secs(10), |names| names.contains(&"mcp__mock__counter".to_string())).await;
+    assert!(names.contains(&"mcp__mock__counter".to_string()), "tools came back: {names:?}");
+    let after = outcome(&ptc, "mcp__mock__counter()").await;
+    assert_ne!(before, after, "a new process answers");
+    assert_eq!(std::fs::read_to_string(&state).unwrap().lines().count(), 2);
+}
+
+#[tokio::test]
+async fn errors_timeouts_and_bad_data_from_a_healthy_server_never_trigger_a_reconnect() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("starts");
+    let state_arg = state.display().to_string();
+    let ptc = ptc_with(&["--state-file", &state_arg], "  tool_call_timeout_seconds: 0.5\n").await;
+    for call in ["mcp__mock__fail()", "mcp__mock__rpc_error()", "mcp__mock__bad_schema()", "mcp__mock__hang()", "mcp__mock__garbage()"] {
+        outcome(&ptc, call).await;
+    }
+    assert_eq!(outcome(&ptc, "mcp__mock__echo(still='up')").await, "{'still': 'up'}");
+    assert_eq!(std::fs::read_to_string(&state).unwrap().lines().count(), 1, "the server was started once");
+}
+
+#[tokio::test]
+async fn a_tools_list_changed_notification_relists_that_server() {
+    let ptc = ptc_with(&[], "").await;
+    assert_eq!(outcome(&ptc, "mcp__mock__add_tool()").await, "'added dynamic_1'");
+    let names = ptc.wait_for_tools(Duration::from_secs(5), |names| names.contains(&"mcp__mock__dynamic_1".to_string())).await;
+    assert!(names.contains(&"mcp__mock__dynamic_1".to_string()), "{names:?}");
+    assert_eq!(outcome(&ptc, "mcp__mock__dynamic_1()").await, "'dynamic'");
+}
+
+#[tokio::test]
+async fn a_downstream_gets_only_its_configured_env_and_a_minimal_safe_set() {
+    let entry = mock_server("mock", &[]) + "    env:\n      API_KEY: ${PTC_TEST_API_KEY}\n";
+    let ptc = Ptc::start_with_env(&config(&[entry], ""), &[("PTC_TEST_API_KEY", "k-1"), ("PTC_TEST_OTHER_SECRET", "s")]).await;
+    let run = ptc.execute("env = await mcp__mock__env()\nprint(env.get('API_KEY'), 'PTC_TEST_OTHER_SECRET' in env, 'PATH' in env)").await;
+    assert!(run.expect_ok().contains("\nk-1 False True"), "{}", run.text());
+    let leaked = ptc.execute("import os\nprint(os.environ.get('API_KEY'), os.environ.get('PTC_TEST_API_KEY'))").await;
+    assert!(leaked.expect_ok().contains("\nNone None"), "{}", leaked.text());
+}
