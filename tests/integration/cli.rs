@@ -114,3 +114,18 @@ async fn an_unknown_tool_of_ours_is_a_protocol_error() {
     let err = ptc.client.peer().call_tool(params).await.unwrap_err();
     assert!(err.to_string().contains("unknown tool 'nope'"), "{err}");
 }
+
+#[tokio::test]
+async fn the_example_config_runs_the_seed_scenario_against_the_demo_server() {
+    let root = repo_path("");
+    let ptc = Ptc::start_from_file(&root.join("config.example.yaml"), &root).await;
+    let code = "tickers = ['AMZN', 'MSFT', 'GOOG']\nfor t in tickers:\n    data = await mcp__financial_data__query_financials(\n        \
+                ticker=t, statement='income', period='quarter', limit=4)\n    revenues = [q['revenue'] for q in data]\n    \
+                print(f\"{t}: \" + ' → '.join(f'${r/1e9:.1f}B' for r in revenues))";
+    let text = ptc.execute(code).await.expect_ok();
+    assert!(
+        text.starts_with("[Script executed successfully]\nAMZN: $170.0B → $166.6B → $163.3B → $160.0B\nMSFT: "),
+        "{text}"
+    );
+    assert!(text.contains("\n[tool calls: 3; "), "{text}");
+}

@@ -55,10 +55,20 @@ impl Ptc {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, config_text).unwrap();
+        let workdir = dir.path().to_path_buf();
+        Ptc::launch(&path, &workdir, env, dir).await
+    }
+
+    /// Starts the binary on an existing config file, in `workdir`.
+    pub async fn start_from_file(config: &Path, workdir: &Path) -> Ptc {
+        Ptc::launch(config, workdir, &[], tempfile::tempdir().unwrap()).await
+    }
+
+    async fn launch(config: &Path, workdir: &Path, env: &[(&str, &str)], dir: TempDir) -> Ptc {
         let mut child = Command::new(BINARY)
             .arg("--config")
-            .arg(&path)
-            .current_dir(dir.path())
+            .arg(config)
+            .current_dir(workdir)
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())
