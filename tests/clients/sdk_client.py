@@ -32,7 +32,8 @@ per-request `_meta` protocol version), so a test can see which lifecycle went ov
 
 Exit status: 0 when every request was answered (a tool result with isError still counts as an
 answer), 1 when some request got a JSON-RPC error (see "errors"), 2 when the connection failed.
-The server's stderr passes through to this script's stderr; stdout carries only the JSON object.
+A request that takes longer than --timeout fails with an MCPError (the SDK's read timeout) and is
+reported under "errors"; the whole run is bounded too. The server's stderr passes through to this script's stderr; stdout carries only the JSON object.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def main() -> int:
     parser.add_argument("--code", default="print(1)", help="program for execute_program (default: print(1))")
     parser.add_argument("--code-file", help="read the program for execute_program from this file")
     parser.add_argument("--timeout", type=float, default=60.0,
-                        help="seconds for each request and for the whole run (default: 60)")
+                        help="seconds each request may take (default: 60); the whole run gets 3x that + 10")
     parser.add_argument("--sdk-default-env", action="store_true",
                         help="give the server only the SDK's default environment (PATH, HOME, ...) "
                              "instead of this process's whole environment")
@@ -230,9 +231,14 @@ def main() -> int:
         "errors": {},
     }
 
+    overall = args.timeout * 3 + 10
+
     async def bounded() -> None:
-        with anyio.fail_after(args.timeout):
-            await _run(args, code, report)
+        try:
+            with anyio.fail_after(overall):
+                await _run(args, code, report)
+        except TimeoutError:
+            raise TimeoutError(f"the run did not finish within {overall:g}s") from None
 
     status = 0
     try:

@@ -6,3 +6,4 @@ mod common;
 mod cli;
 mod execute;
 mod registry;
+mod thirdparty;
