@@ -5,5 +5,6 @@ mod common;
 
 mod cli;
 mod execute;
+mod escape;
 mod registry;
 mod thirdparty;

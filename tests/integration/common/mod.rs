@@ -176,3 +176,22 @@ pub fn is_running(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Checks that the sandbox under test can run programs here. Returns `None` (printing why) when it cannot,
+/// unless `PTC_REQUIRE_BACKENDS` names it — then the test fails.
+pub async fn require_backend(ptc: &Ptc) -> Option<()> {
+    let run = ptc.execute("print('ok')").await;
+    let sandbox = sandbox_under_test();
+    let available = if run.is_error() && run.text().contains("SandboxError") { Err(run.text()) } else { Ok(()) };
+    match available {
+        Ok(()) => Some(()),
+        Err(why) => {
+            let required = std::env::var("PTC_REQUIRE_BACKENDS").unwrap_or_default();
+            if required.split(',').any(|r| r.trim() == sandbox) {
+                panic!("sandbox {sandbox} is required (PTC_REQUIRE_BACKENDS) but unavailable: {why}");
+            }
+            eprintln!("SKIPPED: sandbox {sandbox} is unavailable here: {why}");
+            None
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Escape attempts and functional checks per sandbox backend (filled in next).
