@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m unittest discover -s backends/tests
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --lib --bins --tests "$@"
