@@ -27,7 +27,9 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    ptc_backends::run_helper_if_requested(&args);
+    let cli = Cli::parse_from(args);
     init_logging();
     let (config, source) = match Config::load(cli.config.as_deref()) {
         Ok(loaded) => loaded,
@@ -57,9 +59,16 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
             return i32::from(CONFIG_ERROR);
         }
     };
+    let helper = match std::env::current_exe() {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("ptc-mcp: cannot find its own executable (needed to start sandboxes): {e}");
+            return 1;
+        }
+    };
     let backend = ptc_backends::select(
         config.execution.sandbox,
-        &BackendSettings { python: config.execution.python.clone() },
+        &BackendSettings { python: config.execution.python.clone(), helper },
     );
     let engine = Arc::new(Engine::new(backend, Arc::clone(&registry), config.execution.clone()));
     tokio::spawn(announce(Arc::clone(&engine), config, source));

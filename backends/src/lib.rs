@@ -5,13 +5,17 @@
 //! backend from `execution.sandbox` with [`select`] and refuses runs while it is unavailable.
 
 mod kind;
+mod landlock;
 mod limits;
 mod none;
 mod process;
 pub mod protocol;
 mod python;
+mod rlimits;
 mod unbuilt;
 
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -19,6 +23,7 @@ use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use kind::SandboxKind;
+pub use landlock::LandlockBackend;
 pub use limits::Limits;
 pub use none::NoneBackend;
 pub use python::{Python, PythonError, resolve_python};
@@ -129,12 +134,28 @@ pub trait SandboxBackend: Send + Sync {
 pub struct BackendSettings {
     /// `execution.python` as configured (a name looked up on PATH, or a path).
     pub python: String,
+    /// The `ptc-mcp` binary, which backends re-execute as their confining helper.
+    pub helper: PathBuf,
 }
 
 /// Builds the backend for a configured kind. `auto` resolves to the OS's real sandbox, never to `none`.
 pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxBackend> {
     match kind.resolve_auto() {
         SandboxKind::None => Arc::new(NoneBackend::new(settings.python.clone())),
+        SandboxKind::Landlock => Arc::new(LandlockBackend::new(settings.python.clone(), settings.helper.clone())),
         other => Arc::new(UnbuiltBackend::new(other)),
     }
+}
+
+/// Runs a backend's confining helper if this process was started as one (`ptc-mcp <helper subcommand> …`);
+/// returns otherwise. Call first thing in `main`, before any thread exists.
+pub fn run_helper_if_requested(args: &[OsString]) {
+    #[cfg(target_os = "linux")]
+    if let [_, subcommand, policy] = args
+        && subcommand == landlock::HELPER_SUBCOMMAND
+    {
+        landlock::helper::main(&policy.to_string_lossy())
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = args;
 }

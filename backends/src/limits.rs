@@ -1,7 +1,7 @@
 use serde::Deserialize;
 
 /// `execution.limits`: resource limits of one run. Conservative defaults; every value must be positive.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Address-space (memory) limit of the runner, in MiB.

@@ -5,25 +5,19 @@ use std::process::Stdio;
 
 use async_trait::async_trait;
 use tokio::process::Command;
-use tokio::sync::OnceCell;
 
 use crate::process::host_runner;
 use crate::protocol::RUNNER_SOURCE;
-use crate::python::{Python, PythonError, resolve_python};
-use crate::{Availability, Limits, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
+use crate::python::ResolvedPython;
+use crate::{Availability, RunnerProcess, rlimits, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
 
 pub struct NoneBackend {
-    configured_python: String,
-    python: OnceCell<Result<Python, PythonError>>,
+    python: ResolvedPython,
 }
 
 impl NoneBackend {
     pub fn new(configured_python: String) -> Self {
-        NoneBackend { configured_python, python: OnceCell::new() }
-    }
-
-    async fn python(&self) -> &Result<Python, PythonError> {
-        self.python.get_or_init(|| resolve_python(&self.configured_python)).await
+        NoneBackend { python: ResolvedPython::new(configured_python) }
     }
 }
 
@@ -34,7 +28,7 @@ impl SandboxBackend for NoneBackend {
     }
 
     async fn probe(&self) -> Availability {
-        match self.python().await {
+        match self.python.get().await {
             Ok(python) => Availability::Available {
                 detail: format!(
                     "NO OS ISOLATION (programs can read and write your files and use the network); empty \
@@ -48,7 +42,7 @@ impl SandboxBackend for NoneBackend {
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
-        let python = match self.python().await {
+        let python = match self.python.get().await {
             Ok(python) => python,
             Err(e) => return Err(SpawnError::Unavailable { kind: SandboxKind::None, reason: e.to_string() }),
         };
@@ -65,10 +59,10 @@ impl SandboxBackend for NoneBackend {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
-        let rlimits = rlimits(&request.limits, request.timeout);
+        let rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout));
         // SAFETY: the closure only makes async-signal-safe syscalls (setrlimit, prctl).
         unsafe {
-            command.pre_exec(move || apply_rlimits(&rlimits));
+            command.pre_exec(move || confine(&rlimits));
         }
         let child = command.spawn().map_err(|source| SpawnError::Start {
             program: python.executable.display().to_string(),
@@ -78,45 +72,13 @@ impl SandboxBackend for NoneBackend {
     }
 }
 
-/// The rlimits of a runner, computed before fork so the child only makes syscalls.
-fn rlimits(limits: &Limits, timeout: std::time::Duration) -> Vec<(libc::__rlimit_resource_t, u64)> {
-    // CPU time is a backstop behind the wall-clock kill: a second more than the run may take.
-    let cpu_seconds = timeout.as_secs() + 1;
-    vec![
-        (libc::RLIMIT_CPU, cpu_seconds),
-        (libc::RLIMIT_AS, limits.memory_bytes()),
-        (libc::RLIMIT_FSIZE, limits.file_size_bytes()),
-        (libc::RLIMIT_NOFILE, limits.open_files),
-        (libc::RLIMIT_CORE, 0),
-    ]
-}
-
-fn apply_rlimits(rlimits: &[(libc::__rlimit_resource_t, u64)]) -> std::io::Result<()> {
-    for &(resource, value) in rlimits {
-        let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
-        // SAFETY: setrlimit with a valid pointer to a local struct.
-        if unsafe { libc::setrlimit(resource, &limit) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
+/// In the child before exec: the run's limits, and death with the server.
+fn confine(rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
+    rlimits::apply(rlimits)?;
     // Die with the server even if it is killed without a chance to clean up.
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_limit_is_a_second_over_the_wall_clock_budget() {
-        let limits = rlimits(&Limits::default(), std::time::Duration::from_secs(120));
-        assert!(limits.contains(&(libc::RLIMIT_CPU, 121)));
-        assert!(limits.contains(&(libc::RLIMIT_AS, 1024 * 1024 * 1024)));
-        assert!(limits.contains(&(libc::RLIMIT_NOFILE, 256)));
-        assert!(limits.contains(&(libc::RLIMIT_CORE, 0)));
-    }
 }

@@ -9,8 +9,12 @@ use tokio::process::Command;
 /// The oldest Python the runner supports (it needs top-level await and modern asyncio).
 const MIN_VERSION: (u32, u32) = (3, 9);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
-/// Printed by the probed interpreter: its real executable and its version.
-const PROBE_SCRIPT: &str = "import sys; print(sys.executable); print('%d.%d' % sys.version_info[:2])";
+/// Printed by the probed interpreter: where it and its files live, as one JSON object.
+const PROBE_SCRIPT: &str = "import json, sys, sysconfig; print(json.dumps({'executable': sys.executable, \
+'version': '%d.%d' % sys.version_info[:2], 'base_prefix': sys.base_prefix, \
+'stdlib': [sysconfig.get_path(n) for n in ('stdlib', 'platstdlib')], \
+'site_packages': [sysconfig.get_path(n) for n in ('purelib', 'platlib')], \
+'multiarch': getattr(sys.implementation, '_multiarch', '')}))";
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum PythonError {
@@ -22,11 +26,35 @@ pub enum PythonError {
     TooOld { program: String, found: String, needed: String },
 }
 
-/// A resolved interpreter: the real executable and its `major.minor` version.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A resolved interpreter: the real executable, its `major.minor` version, and where its files are (what a
+/// sandbox must let it read).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct Python {
     pub executable: PathBuf,
     pub version: String,
+    pub base_prefix: PathBuf,
+    /// The standard library directories (pure and platform-specific; often the same).
+    pub stdlib: Vec<PathBuf>,
+    /// Where installed packages live; sandboxes hide these (programs get the standard library only).
+    pub site_packages: Vec<PathBuf>,
+    /// The multiarch triplet (e.g. `x86_64-linux-gnu`) naming the system library directory, if any.
+    pub multiarch: String,
+}
+
+/// `execution.python`, resolved on first use and remembered (by each backend that runs it on the host).
+pub struct ResolvedPython {
+    configured: String,
+    resolved: tokio::sync::OnceCell<Result<Python, PythonError>>,
+}
+
+impl ResolvedPython {
+    pub fn new(configured: String) -> Self {
+        ResolvedPython { configured, resolved: tokio::sync::OnceCell::new() }
+    }
+
+    pub async fn get(&self) -> &Result<Python, PythonError> {
+        self.resolved.get_or_init(|| resolve_python(&self.configured)).await
+    }
 }
 
 /// Resolves `configured` (a name looked up on PATH, or a path) to the real interpreter executable.
@@ -47,14 +75,12 @@ pub async fn resolve_python(configured: &str) -> Result<Python, PythonError> {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(broken(format!("{}: {}", output.status, stderr.trim())));
     }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let mut lines = stdout.lines();
-    let (Some(executable), Some(version)) = (lines.next(), lines.next()) else {
-        return Err(broken("it printed no executable path".to_string()));
-    };
-    check_version(configured, version)?;
-    let executable = std::fs::canonicalize(executable).map_err(|e| broken(format!("{executable}: {e}")))?;
-    Ok(Python { executable, version: version.to_string() })
+    let mut python: Python = serde_json::from_slice(&output.stdout)
+        .map_err(|e| broken(format!("unexpected answer to the start-up probe: {e}")))?;
+    check_version(configured, &python.version)?;
+    python.executable = std::fs::canonicalize(&python.executable)
+        .map_err(|e| broken(format!("{}: {e}", python.executable.display())))?;
+    Ok(python)
 }
 
 fn check_version(program: &str, version: &str) -> Result<(), PythonError> {

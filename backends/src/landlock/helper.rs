@@ -1,0 +1,322 @@
+//! The landlock helper. The server re-executes its own binary as `ptc-mcp __landlock-helper <policy>`; this
+//! fresh, single-threaded process confines itself layer by layer and finally execs the interpreter, so no
+//! confinement is ever applied inside the multi-threaded server. On any failure it exits with
+//! [`HELPER_FAILED`] after one `ptc-landlock: <what failed>` line on stderr: it never runs the interpreter
+//! with a layer missing that it meant to apply.
+
+use std::convert::Infallible;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope,
+};
+
+use super::policy::{Bind, BindAccess, Policy, SANDBOX_ID};
+use super::{LAYERS_PREFIX, seccomp};
+use crate::rlimits;
+
+/// Exit status of a helper that could not set up the sandbox.
+pub const HELPER_FAILED: i32 = 125;
+
+/// Landlock ABI this helper asks for; older kernels enforce what they can, and the report says so.
+const LANDLOCK_ABI: ABI = ABI::V7;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{step}: {source}")]
+struct StepError {
+    step: String,
+    source: Box<dyn std::error::Error>,
+}
+
+fn step<T, E: std::error::Error + 'static>(what: impl Into<String>, result: Result<T, E>) -> Result<T, StepError> {
+    result.map_err(|e| StepError { step: what.into(), source: Box::new(e) })
+}
+
+fn check(what: &str, rc: libc::c_long) -> Result<(), StepError> {
+    if rc < 0 { step(what, Err(std::io::Error::last_os_error())) } else { Ok(()) }
+}
+
+/// Entry point of the helper process; never returns.
+pub fn main(policy_json: &str) -> ! {
+    let error = match run(policy_json) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    eprintln!("ptc-landlock: {error}");
+    std::process::exit(HELPER_FAILED)
+}
+
+fn run(policy_json: &str) -> Result<Infallible, StepError> {
+    let policy: Policy = step("reading the policy", serde_json::from_str(policy_json))?;
+    // SAFETY: plain id syscalls.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if uid == 0 {
+        // SAFETY: setgroups with an empty list.
+        check("dropping supplementary groups", unsafe { libc::setgroups(0, std::ptr::null()) } as libc::c_long)?;
+    }
+    let mut layers = Vec::new();
+    // SAFETY: unshare with flags only; this process has a single thread.
+    let unshared = unsafe {
+        libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
+    } == 0;
+    if unshared {
+        // Our own ids are the only ones we may map. A root server's programs thus keep uid 0 outside, but
+        // hold no capability outside their namespace and none inside once the interpreter is exec'd.
+        map_ids(uid, gid)?;
+        // Bind sources are opened inside the new mount namespace: mounts from another one cannot be bound.
+        let sources: Vec<OwnedFd> = policy
+            .binds
+            .iter()
+            .map(|b| step(format!("opening {}", b.path.display()), open_path(&b.path)))
+            .collect::<Result<_, _>>()?;
+        build_root(&policy, &sources)?;
+        layers.push(format!(
+            "user/mount/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch",
+            policy.scratch_mb
+        ));
+    } else {
+        layers.push(format!("no namespaces ({})", std::io::Error::last_os_error()));
+    }
+    step("entering the scratch directory", std::env::set_current_dir(&policy.scratch))?;
+    // SAFETY: close_range on our own fd table; 0, 1 and 2 stay (the channel and diagnostics).
+    check("closing inherited files", unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) })?;
+    // SAFETY: prctl with integer arguments; set after the id changes above, which would clear it.
+    check("setting the parent-death signal", unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) as libc::c_long
+    })?;
+    check("setting no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long })?;
+    layers.push(restrict_with_landlock(&policy)?);
+    drop_capabilities(unshared)?;
+    layers.push("capabilities dropped, no_new_privs".to_string());
+    let exec = Exec::new(&policy)?;
+    step("setting resource limits", rlimits::apply(&rlimits::for_run(&policy.limits, policy.cpu_seconds)))?;
+    layers.push("seccomp".to_string());
+    eprintln!("{LAYERS_PREFIX}{}", layers.join("; "));
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let filters = step("building the seccomp filters", seccomp::filters(pid, exec.path.as_ptr() as u64))?;
+    for filter in &filters {
+        step("installing a seccomp filter", seccompiler::apply_filter(filter))?;
+    }
+    exec.run()
+}
+
+fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: valid NUL-terminated path; the fd is owned right away.
+    let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
+/// Maps the sandbox's ids to ours (the one mapping an unprivileged process may write).
+fn map_ids(uid: u32, gid: u32) -> Result<(), StepError> {
+    let write = |file: &str, text: String| -> Result<(), StepError> {
+        let result = File::options().write(true).open(file).and_then(|mut f| f.write_all(text.as_bytes()));
+        step(format!("writing {file}"), result)
+    };
+    write("/proc/self/setgroups", "deny".to_string())?;
+    write("/proc/self/uid_map", format!("{SANDBOX_ID} {uid} 1\n"))?;
+    write("/proc/self/gid_map", format!("{SANDBOX_ID} {gid} 1\n"))
+}
+
+fn c_path(path: &Path) -> Result<CString, StepError> {
+    step(format!("path {}", path.display()), CString::new(path.as_os_str().as_bytes()))
+}
+
+fn mount(source: Option<&Path>, target: &Path, fstype: Option<&str>, flags: libc::c_ulong, data: Option<&str>) -> Result<(), StepError> {
+    let source = source.map(c_path).transpose()?;
+    let target_c = c_path(target)?;
+    let fstype = fstype.map(|t| CString::new(t).expect("no NUL"));
+    let data = data.map(|d| CString::new(d).expect("no NUL"));
+    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: all pointers are NUL-terminated strings or null, valid for the call.
+    let rc = unsafe { libc::mount(ptr(&source), target_c.as_ptr(), ptr(&fstype), flags, ptr(&data).cast()) };
+    check(&format!("mounting {}", target.display()), rc as libc::c_long)
+}
+
+/// Where the new root is assembled (a fresh tmpfs, visible only in our mount namespace).
+const STAGING: &str = "/tmp";
+
+/// Builds the minimal root: an empty tmpfs holding read-only binds of the interpreter's paths, the
+/// devices, a sized tmpfs scratch, and nothing else; then makes it the root.
+fn build_root(policy: &Policy, sources: &[OwnedFd]) -> Result<(), StepError> {
+    let staging = Path::new(STAGING);
+    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+    mount(Some(Path::new("tmpfs")), staging, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some("size=1m,mode=755"))?;
+    let inside = |path: &Path| staging.join(path.strip_prefix("/").unwrap_or(path));
+    for (bind, source) in policy.binds.iter().zip(sources) {
+        bind_read_only(bind, source, &inside(&bind.path))?;
+    }
+    for (link, target) in &policy.symlinks {
+        let at = inside(link);
+        step(format!("creating {}", link.display()), std::fs::create_dir_all(at.parent().unwrap_or(staging)))?;
+        step(format!("linking {}", link.display()), std::os::unix::fs::symlink(target, &at))?;
+    }
+    for dir in &policy.hidden {
+        mount(Some(Path::new("tmpfs")), &inside(dir), Some("tmpfs"), libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, Some("size=4k,mode=555"))?;
+    }
+    let scratch = inside(&policy.scratch);
+    step("creating the scratch directory", std::fs::create_dir_all(&scratch))?;
+    let options = format!("size={}m,mode=700,uid={SANDBOX_ID},gid={SANDBOX_ID}", policy.scratch_mb);
+    mount(Some(Path::new("tmpfs")), &scratch, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, Some(&options))?;
+    let old = staging.join(".old");
+    step("creating the old-root mount point", std::fs::create_dir(&old))?;
+    let (new_c, old_c) = (c_path(staging)?, c_path(&old)?);
+    // SAFETY: pivot_root with two valid paths.
+    check("pivoting into the new root", unsafe { libc::syscall(libc::SYS_pivot_root, new_c.as_ptr(), old_c.as_ptr()) })?;
+    step("entering the new root", std::env::set_current_dir("/"))?;
+    let old_c = c_path(Path::new("/.old"))?;
+    // SAFETY: umount2 of a valid path.
+    check("detaching the old root", unsafe { libc::umount2(old_c.as_ptr(), libc::MNT_DETACH) as libc::c_long })?;
+    step("removing the old-root mount point", std::fs::remove_dir("/.old"))?;
+    mount(None, Path::new("/"), None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV, None)
+}
+
+fn bind_read_only(bind: &Bind, source: &OwnedFd, target: &Path) -> Result<(), StepError> {
+    let is_dir = step("inspecting a bind source", File::from(step("dup", source.try_clone())?).metadata())?.is_dir();
+    if is_dir {
+        step(format!("creating {}", target.display()), std::fs::create_dir_all(target))?;
+    } else {
+        step(format!("creating {}", target.display()), std::fs::create_dir_all(target.parent().unwrap_or(target)))?;
+        step(format!("creating {}", target.display()), File::create(target))?;
+    }
+    let from = PathBuf::from(format!("/proc/self/fd/{}", source.as_raw_fd()));
+    mount(Some(&from), target, None, libc::MS_BIND | libc::MS_REC, None)?;
+    // A remount must keep the flags the kernel locked on the source mount, so start from those.
+    let mut flags = locked_flags(target)? | libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID;
+    match bind.access {
+        BindAccess::Exec => flags |= libc::MS_RDONLY | libc::MS_NODEV,
+        BindAccess::Read => flags |= libc::MS_RDONLY | libc::MS_NODEV | libc::MS_NOEXEC,
+        BindAccess::ReadWrite => flags |= libc::MS_NOEXEC,
+    }
+    mount(None, target, None, flags, None)
+}
+
+fn locked_flags(path: &Path) -> Result<libc::c_ulong, StepError> {
+    let c = c_path(path)?;
+    // SAFETY: statvfs into a zeroed struct with a valid path.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(&format!("statvfs {}", path.display()), unsafe { libc::statvfs(c.as_ptr(), &mut stat) as libc::c_long })?;
+    let pairs = [
+        (libc::ST_RDONLY, libc::MS_RDONLY),
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ];
+    Ok(pairs.iter().filter(|(st, _)| stat.f_flag & st != 0).fold(0, |acc, (_, ms)| acc | ms))
+}
+
+/// Landlock: read (and execute where needed) on the interpreter's paths, read-write on scratch, nothing
+/// else; no TCP; signals and abstract sockets only within the sandbox. Refuses to go on unenforced.
+fn restrict_with_landlock(policy: &Policy) -> Result<String, StepError> {
+    let abi = LANDLOCK_ABI;
+    let ruleset = Ruleset::default();
+    let ruleset = step("landlock: filesystem access", ruleset.handle_access(AccessFs::from_all(abi)))?;
+    let ruleset = step("landlock: network access", ruleset.handle_access(AccessNet::from_all(abi)))?;
+    let ruleset = step("landlock: scopes", ruleset.scope(Scope::from_all(abi)))?;
+    let mut ruleset = step("landlock: creating the ruleset", ruleset.create())?;
+    let rule = |path: &Path, access: BitFlags<AccessFs>| -> Result<PathBeneath<PathFd>, StepError> {
+        let fd = step(format!("landlock: opening {}", path.display()), PathFd::new(path))?;
+        let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+        let access = if is_dir { access } else { access & AccessFs::from_file(abi) };
+        Ok(PathBeneath::new(fd, access))
+    };
+    for bind in &policy.binds {
+        let access = match bind.access {
+            BindAccess::Exec => AccessFs::from_read(abi),
+            BindAccess::Read => AccessFs::ReadFile | AccessFs::ReadDir,
+            BindAccess::ReadWrite => AccessFs::from_file(abi) & !AccessFs::Execute,
+        };
+        ruleset = step("landlock: adding a rule", ruleset.add_rule(rule(&bind.path, access)?))?;
+    }
+    let scratch = AccessFs::from_all(abi) & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock);
+    ruleset = step("landlock: adding the scratch rule", ruleset.add_rule(rule(&policy.scratch, scratch)?))?;
+    let status = step("landlock: restricting", ruleset.restrict_self())?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(format!("landlock ABI {} fully enforced", abi as u32)),
+        RulesetStatus::PartiallyEnforced => Ok("landlock partially enforced (older kernel)".to_string()),
+        RulesetStatus::NotEnforced => step(
+            "landlock",
+            Err(std::io::Error::other("not enforced by this kernel (needs Linux 5.13+ with Landlock enabled)")),
+        ),
+    }
+}
+
+fn drop_capabilities(in_own_namespace: bool) -> Result<(), StepError> {
+    if in_own_namespace {
+        // The bounding set can only shrink with CAP_SETPCAP, which we hold in our own user namespace.
+        for cap in 0..=63 {
+            // SAFETY: prctl with integer arguments; EINVAL past the last capability ends the loop.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+                break;
+            }
+        }
+    }
+    // SAFETY: prctl with integer arguments.
+    check("clearing ambient capabilities", unsafe {
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) as libc::c_long
+    })?;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Default, Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let header = Header { version: VERSION_3, pid: 0 };
+    let data = [Data::default(); 2];
+    // SAFETY: capset with a v3 header and two zeroed data structs, as the ABI requires.
+    check("dropping capabilities", unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) })
+}
+
+/// The interpreter's exec, prepared before the seccomp filter so that its path has a fixed address.
+struct Exec {
+    path: CString,
+    args: Vec<CString>,
+    env: Vec<CString>,
+}
+
+impl Exec {
+    fn new(policy: &Policy) -> Result<Exec, StepError> {
+        let path = c_path(&policy.program)?;
+        let mut args = vec![path.clone()];
+        for arg in &policy.args {
+            args.push(step("an argument", CString::new(arg.as_bytes()))?);
+        }
+        let scratch = policy.scratch.as_os_str();
+        let env = [("HOME", scratch), ("TMPDIR", scratch)]
+            .iter()
+            .map(|(k, v)| CString::new([k.as_bytes(), b"=", v.as_bytes()].concat()))
+            .collect::<Result<Vec<_>, _>>();
+        Ok(Exec { path, args, env: step("the environment", env)? })
+    }
+
+    fn run(&self) -> Result<Infallible, StepError> {
+        let mut argv: Vec<*const libc::c_char> = self.args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = self.env.iter().map(|e| e.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        // SAFETY: NUL-terminated strings and null-terminated arrays that outlive the call.
+        unsafe { libc::execve(self.path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        step("starting the interpreter", Err(std::io::Error::last_os_error()))
+    }
+}

@@ -1,0 +1,144 @@
+//! The `landlock` backend (Linux): each runner is started through a helper — the `ptc-mcp` binary itself,
+//! re-executed with a hidden subcommand — that confines itself with namespaces and a minimal root,
+//! Landlock, dropped capabilities, rlimits and seccomp-bpf, then execs the interpreter.
+
+#[cfg(target_os = "linux")]
+pub mod helper;
+pub mod policy;
+#[cfg(target_os = "linux")]
+mod seccomp;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::process::Command;
+
+use crate::process::host_runner;
+use crate::protocol::RUNNER_SOURCE;
+use crate::python::ResolvedPython;
+use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
+use policy::{PlanRequest, Policy, inspect, plan};
+
+/// How long the availability probe (one sandboxed `print`) may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+const PROBE_OUTPUT: &str = "ptc-sandbox-ready";
+/// The hidden subcommand of the `ptc-mcp` binary that runs the helper.
+pub const HELPER_SUBCOMMAND: &str = "__landlock-helper";
+/// Prefix of the helper's one-line report of the layers in force (stderr, just before the exec).
+pub const LAYERS_PREFIX: &str = "ptc-landlock: layers: ";
+
+pub struct LandlockBackend {
+    python: ResolvedPython,
+    /// The `ptc-mcp` binary, re-executed as the helper.
+    helper: PathBuf,
+}
+
+impl LandlockBackend {
+    pub fn new(configured_python: String, helper: PathBuf) -> Self {
+        LandlockBackend { python: ResolvedPython::new(configured_python), helper }
+    }
+
+    fn unavailable(&self, reason: String) -> SpawnError {
+        SpawnError::Unavailable { kind: SandboxKind::Landlock, reason }
+    }
+
+    /// Starts the helper for one confined interpreter with `args`, in a fresh run directory.
+    fn start(&self, python: &Python, args: Vec<String>, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
+        let run_dir = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
+        let scratch = run_dir.path().join("scratch");
+        std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
+        let policy = plan(
+            PlanRequest {
+                python,
+                scratch,
+                args,
+                limits: request.limits.clone(),
+                cpu_seconds: rlimits::cpu_seconds(request.timeout),
+            },
+            &inspect,
+        );
+        let child = helper_command(&self.helper, &policy).spawn().map_err(|source| SpawnError::Start {
+            program: self.helper.display().to_string(),
+            source,
+        })?;
+        host_runner(child, run_dir)
+    }
+}
+
+fn helper_command(helper: &Path, policy: &Policy) -> Command {
+    let mut command = Command::new(helper);
+    command
+        .arg(HELPER_SUBCOMMAND)
+        .arg(serde_json::to_string(policy).expect("policies serialise"))
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    command
+}
+
+#[async_trait]
+impl SandboxBackend for LandlockBackend {
+    fn kind(&self) -> SandboxKind {
+        SandboxKind::Landlock
+    }
+
+    async fn probe(&self) -> Availability {
+        if !cfg!(target_os = "linux") {
+            return Availability::Unavailable {
+                reason: "landlock needs Linux; on macOS use seatbelt, elsewhere docker".to_string(),
+            };
+        }
+        let python = match self.python.get().await {
+            Ok(python) => python,
+            Err(e) => return Availability::Unavailable { reason: e.to_string() },
+        };
+        let request = SpawnRequest { limits: crate::Limits::default(), timeout: PROBE_TIMEOUT };
+        let args = vec!["-I".into(), "-S".into(), "-c".into(), format!("print('{PROBE_OUTPUT}')")];
+        let runner = match self.start(python, args, &request) {
+            Ok(runner) => runner,
+            Err(e) => return Availability::Unavailable { reason: e.to_string() },
+        };
+        probe_outcome(runner).await
+    }
+
+    async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
+        let python = self.python.get().await.as_ref().map_err(|e| self.unavailable(e.to_string()))?;
+        let args = vec!["-I".into(), "-S".into(), "-c".into(), RUNNER_SOURCE.to_string()];
+        self.start(python, args, request)
+    }
+}
+
+/// Reads what the probe's confined interpreter printed and the helper's report of the layers in force.
+async fn probe_outcome(mut runner: RunnerProcess) -> Availability {
+    use tokio::io::AsyncReadExt;
+    let mut stdout = String::new();
+    let read = tokio::time::timeout(PROBE_TIMEOUT, runner.from_runner.read_to_string(&mut stdout)).await;
+    let exit = runner.control.wait().await;
+    let stderr = runner.control.stderr_tail();
+    let layers = stderr.lines().find_map(|l| l.strip_prefix(LAYERS_PREFIX)).map(str::to_string);
+    match (read, layers) {
+        (Ok(Ok(_)), Some(layers)) if stdout.trim() == PROBE_OUTPUT => {
+            if layers.contains("no namespaces") {
+                Availability::Degraded {
+                    detail: layers,
+                    missing: "user namespaces: programs can learn whether host files exist, and the scratch size \
+                              is not limited (enable unprivileged user namespaces)"
+                        .to_string(),
+                }
+            } else {
+                Availability::Available { detail: layers }
+            }
+        }
+        _ => {
+            let why = stderr.lines().rev().find(|l| l.starts_with("ptc-landlock: ")).unwrap_or(stderr.trim());
+            Availability::Unavailable {
+                reason: format!("the sandbox could not start a confined interpreter ({exit}): {why}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! What the landlock helper sets up for one runner, computed in the server (plain code, tested everywhere)
+//! and handed to the helper as JSON: which host paths the interpreter needs (mirrored read-only into an
+//! otherwise empty root), the scratch directory, limits, and the command to exec.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Limits, Python};
+
+/// The id the program runs as inside its user namespace.
+pub const SANDBOX_ID: u32 = 1000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// The program's working directory, `HOME` and `TMPDIR`: a sized tmpfs inside the sandbox.
+    pub scratch: PathBuf,
+    pub scratch_mb: u64,
+    /// Host paths bound read-only at the same path in the new root.
+    pub binds: Vec<Bind>,
+    /// Symbolic links recreated in the new root (e.g. `/lib -> usr/lib` on merged-/usr systems).
+    pub symlinks: Vec<(PathBuf, PathBuf)>,
+    /// Directories hidden under an empty read-only tmpfs (installed packages: standard library only).
+    pub hidden: Vec<PathBuf>,
+    /// The interpreter and its arguments; exec'd last, and the only exec allowed.
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub limits: Limits,
+    pub cpu_seconds: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    pub path: PathBuf,
+    pub access: BindAccess,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BindAccess {
+    /// Read and execute (the interpreter and the libraries it maps).
+    Exec,
+    /// Read only (data such as time-zone files).
+    Read,
+    /// Read and write (the `/dev/null`-like devices).
+    ReadWrite,
+}
+
+/// System directories that may hold the loader and the libraries the interpreter links against.
+fn library_candidates(multiarch: &str) -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from("/lib"), PathBuf::from("/lib64"), PathBuf::from("/usr/lib64")];
+    if !multiarch.is_empty() {
+        dirs.push(Path::new("/lib").join(multiarch));
+        dirs.push(Path::new("/usr/lib").join(multiarch));
+    }
+    dirs.push(PathBuf::from("/usr/local/lib"));
+    dirs
+}
+
+const DEVICES: [(&str, BindAccess); 4] = [
+    ("/dev/null", BindAccess::ReadWrite),
+    ("/dev/zero", BindAccess::ReadWrite),
+    ("/dev/urandom", BindAccess::Read),
+    ("/dev/random", BindAccess::Read),
+];
+
+/// The time-zone database the standard library's `zoneinfo` reads.
+const ZONEINFO: &str = "/usr/share/zoneinfo";
+
+/// Prefixes shared with the whole system: binding them whole would expose every installed program.
+fn is_system_prefix(prefix: &Path) -> bool {
+    ["/", "/usr", "/usr/local"].iter().any(|p| prefix == Path::new(p))
+}
+
+/// How a host path looks, as far as the plan cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathKind {
+    Missing,
+    /// A symlink, with its target as written.
+    Symlink(PathBuf),
+    /// An existing path whose canonical form is this path itself.
+    Canonical,
+    /// An existing path reached through a symlinked parent (another entry covers it).
+    Aliased,
+}
+
+pub fn inspect(path: &Path) -> PathKind {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => PathKind::Missing,
+        Ok(meta) if meta.file_type().is_symlink() => {
+            std::fs::read_link(path).map(PathKind::Symlink).unwrap_or(PathKind::Missing)
+        }
+        Ok(_) if std::fs::canonicalize(path).ok().as_deref() == Some(path) => PathKind::Canonical,
+        Ok(_) => PathKind::Aliased,
+    }
+}
+
+pub struct PlanRequest<'a> {
+    pub python: &'a Python,
+    pub scratch: PathBuf,
+    pub args: Vec<String>,
+    pub limits: Limits,
+    pub cpu_seconds: u64,
+}
+
+/// Plans the sandbox for `request`, looking at host paths with `inspect_path`.
+pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> Policy {
+    let python = request.python;
+    let mut binds: Vec<Bind> = Vec::new();
+    let mut symlinks = Vec::new();
+    let add = |path: PathBuf, access: BindAccess, binds: &mut Vec<Bind>| {
+        let covered = binds.iter().any(|b| path.starts_with(&b.path));
+        if !covered && inspect_path(&path) == PathKind::Canonical {
+            binds.retain(|b| !b.path.starts_with(&path));
+            binds.push(Bind { path, access });
+        }
+    };
+    if is_system_prefix(&python.base_prefix) {
+        add(python.executable.clone(), BindAccess::Exec, &mut binds);
+        for dir in &python.stdlib {
+            add(dir.clone(), BindAccess::Exec, &mut binds);
+        }
+    } else {
+        add(python.base_prefix.clone(), BindAccess::Exec, &mut binds);
+        add(python.executable.clone(), BindAccess::Exec, &mut binds);
+    }
+    for dir in library_candidates(&python.multiarch) {
+        match inspect_path(&dir) {
+            PathKind::Symlink(target) => symlinks.push((dir, target)),
+            PathKind::Canonical => add(dir, BindAccess::Exec, &mut binds),
+            PathKind::Missing | PathKind::Aliased => {}
+        }
+    }
+    add(PathBuf::from(ZONEINFO), BindAccess::Read, &mut binds);
+    for (device, access) in DEVICES {
+        add(PathBuf::from(device), access, &mut binds);
+    }
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    for dir in &python.site_packages {
+        let visible = binds.iter().any(|b| dir.starts_with(&b.path)) && inspect_path(dir) == PathKind::Canonical;
+        if visible && !hidden.contains(dir) {
+            hidden.push(dir.clone());
+        }
+    }
+    Policy {
+        scratch: request.scratch,
+        scratch_mb: request.limits.scratch_mb,
+        binds,
+        symlinks,
+        hidden,
+        program: python.executable.clone(),
+        args: request.args,
+        limits: request.limits,
+        cpu_seconds: request.cpu_seconds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn python(prefix: &str, executable: &str) -> Python {
+        Python {
+            executable: executable.into(),
+            version: "3.11".into(),
+            base_prefix: prefix.into(),
+            stdlib: vec![format!("{prefix}/lib/python3.11").into(), format!("{prefix}/lib/python3.11").into()],
+            site_packages: vec![format!("{prefix}/lib/python3.11/site-packages").into()],
+            multiarch: "x86_64-linux-gnu".into(),
+        }
+    }
+
+    /// A merged-/usr Debian host: /lib and /lib64 are symlinks into /usr.
+    fn debian(path: &Path) -> PathKind {
+        let links: BTreeMap<&str, &str> = [("/lib", "usr/lib"), ("/lib64", "usr/lib64")].into();
+        if let Some(target) = links.get(path.to_str().unwrap()) {
+            return PathKind::Symlink(target.into());
+        }
+        if path.starts_with("/lib/") {
+            return PathKind::Aliased;
+        }
+        match path.to_str().unwrap() {
+            "/usr/local/lib" | "/dev/random" => PathKind::Missing,
+            _ => PathKind::Canonical,
+        }
+    }
+
+    fn request(python: &Python) -> PlanRequest<'_> {
+        PlanRequest {
+            python,
+            scratch: "/tmp/run/scratch".into(),
+            args: vec!["-I".into()],
+            limits: Limits::default(),
+            cpu_seconds: 121,
+        }
+    }
+
+    fn bound(policy: &Policy) -> Vec<(&str, BindAccess)> {
+        policy.binds.iter().map(|b| (b.path.to_str().unwrap(), b.access)).collect()
+    }
+
+    #[test]
+    fn a_private_prefix_is_bound_whole_with_the_system_libraries() {
+        let py = python("/opt/py", "/opt/py/bin/python3.11");
+        let policy = plan(request(&py), &debian);
+        assert_eq!(
+            bound(&policy),
+            [
+                ("/opt/py", BindAccess::Exec),
+                ("/usr/lib64", BindAccess::Exec),
+                ("/usr/lib/x86_64-linux-gnu", BindAccess::Exec),
+                ("/usr/share/zoneinfo", BindAccess::Read),
+                ("/dev/null", BindAccess::ReadWrite),
+                ("/dev/zero", BindAccess::ReadWrite),
+                ("/dev/urandom", BindAccess::Read),
+            ]
+        );
+        assert_eq!(policy.symlinks, [("/lib".into(), "usr/lib".into()), ("/lib64".into(), "usr/lib64".into())]);
+        assert_eq!(policy.hidden, [PathBuf::from("/opt/py/lib/python3.11/site-packages")]);
+        assert_eq!(policy.program, PathBuf::from("/opt/py/bin/python3.11"));
+    }
+
+    #[test]
+    fn a_system_python_gets_only_its_executable_and_standard_library() {
+        let py = python("/usr", "/usr/bin/python3.11");
+        let policy = plan(request(&py), &debian);
+        let paths: Vec<&str> = bound(&policy).into_iter().map(|(p, _)| p).collect();
+        assert!(paths.contains(&"/usr/bin/python3.11") && paths.contains(&"/usr/lib/python3.11"), "{paths:?}");
+        assert!(!paths.contains(&"/usr") && !paths.contains(&"/usr/bin"), "never the whole system prefix: {paths:?}");
+    }
+
+    #[test]
+    fn the_policy_round_trips_through_json() {
+        let py = python("/opt/py", "/opt/py/bin/python3.11");
+        let policy = plan(request(&py), &debian);
+        let json = serde_json::to_string(&policy).unwrap();
+        assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), policy);
+    }
+}

@@ -1,0 +1,48 @@
+//! Resource limits of a runner, shared by the host backends. Computed before fork/exec so that the child
+//! only makes syscalls.
+
+use crate::Limits;
+
+pub type Rlimit = (libc::__rlimit_resource_t, u64);
+
+/// The limits of one run. CPU time is a backstop behind the wall-clock kill.
+pub fn for_run(limits: &Limits, cpu_seconds: u64) -> Vec<Rlimit> {
+    vec![
+        (libc::RLIMIT_CPU, cpu_seconds),
+        (libc::RLIMIT_AS, limits.memory_bytes()),
+        (libc::RLIMIT_FSIZE, limits.file_size_bytes()),
+        (libc::RLIMIT_NOFILE, limits.open_files),
+        (libc::RLIMIT_CORE, 0),
+    ]
+}
+
+/// CPU seconds for a run with this wall-clock budget: one more than it may take.
+pub fn cpu_seconds(timeout: std::time::Duration) -> u64 {
+    timeout.as_secs() + 1
+}
+
+/// Applies the limits to the calling process (async-signal-safe: only setrlimit).
+pub fn apply(rlimits: &[Rlimit]) -> std::io::Result<()> {
+    for &(resource, value) in rlimits {
+        let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+        // SAFETY: setrlimit with a valid pointer to a local struct.
+        if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_a_second_over_the_wall_clock_budget_and_cores_are_off() {
+        let limits = for_run(&Limits::default(), cpu_seconds(std::time::Duration::from_secs(120)));
+        assert!(limits.contains(&(libc::RLIMIT_CPU, 121)));
+        assert!(limits.contains(&(libc::RLIMIT_AS, 1024 * 1024 * 1024)));
+        assert!(limits.contains(&(libc::RLIMIT_NOFILE, 256)));
+        assert!(limits.contains(&(libc::RLIMIT_CORE, 0)));
+    }
+}
