@@ -4,14 +4,15 @@
 //! Python, embedded in the binary) and its line protocol are the same everywhere. The server picks one
 //! backend from `execution.sandbox` with [`select`] and refuses runs while it is unavailable.
 
+mod host;
 mod kind;
 mod landlock;
 mod limits;
 mod none;
-mod process;
 pub mod protocol;
 mod python;
 mod rlimits;
+mod seatbelt;
 mod unbuilt;
 
 use std::ffi::OsString;
@@ -26,6 +27,7 @@ pub use kind::SandboxKind;
 pub use landlock::LandlockBackend;
 pub use limits::Limits;
 pub use none::NoneBackend;
+pub use seatbelt::SeatbeltBackend;
 pub use python::{Python, PythonError, resolve_python};
 pub use unbuilt::UnbuiltBackend;
 
@@ -143,6 +145,7 @@ pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxB
     match kind.resolve_auto() {
         SandboxKind::None => Arc::new(NoneBackend::new(settings.python.clone())),
         SandboxKind::Landlock => Arc::new(LandlockBackend::new(settings.python.clone(), settings.helper.clone())),
+        SandboxKind::Seatbelt => Arc::new(SeatbeltBackend::new(settings.python.clone())),
         other => Arc::new(UnbuiltBackend::new(other)),
     }
 }

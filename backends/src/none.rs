@@ -1,15 +1,11 @@
 //! The `none` backend: the same runner in a plain child process with an empty environment, rlimits and a
 //! process-group kill, but no OS isolation. An explicit opt-in for machines without a real sandbox.
 
-use std::process::Stdio;
-
 use async_trait::async_trait;
-use tokio::process::Command;
 
-use crate::process::host_runner;
-use crate::protocol::RUNNER_SOURCE;
+use crate::host::{runner_args, spawn_confined};
 use crate::python::ResolvedPython;
-use crate::{Availability, RunnerProcess, rlimits, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
+use crate::{Availability, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
 
 pub struct NoneBackend {
     python: ResolvedPython,
@@ -46,39 +42,8 @@ impl SandboxBackend for NoneBackend {
             Ok(python) => python,
             Err(e) => return Err(SpawnError::Unavailable { kind: SandboxKind::None, reason: e.to_string() }),
         };
-        let scratch = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
-        let mut command = Command::new(&python.executable);
-        command
-            .args(["-I", "-S", "-c", RUNNER_SOURCE])
-            .env_clear()
-            .env("HOME", scratch.path())
-            .env("TMPDIR", scratch.path())
-            .current_dir(scratch.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
-        let rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout));
-        // SAFETY: the closure only makes async-signal-safe syscalls (setrlimit, prctl).
-        unsafe {
-            command.pre_exec(move || confine(&rlimits));
-        }
-        let child = command.spawn().map_err(|source| SpawnError::Start {
-            program: python.executable.display().to_string(),
-            source,
-        })?;
-        host_runner(child, scratch)
+        let mut argv = vec![python.executable.display().to_string()];
+        argv.extend(runner_args());
+        spawn_confined(request, |_| argv)
     }
-}
-
-/// In the child before exec: the run's limits, and death with the server.
-fn confine(rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
-    rlimits::apply(rlimits)?;
-    // Die with the server even if it is killed without a chance to clean up.
-    // SAFETY: prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }

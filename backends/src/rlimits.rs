@@ -3,7 +3,12 @@
 
 use crate::Limits;
 
-pub type Rlimit = (libc::__rlimit_resource_t, u64);
+#[cfg(target_os = "linux")]
+type Resource = libc::__rlimit_resource_t;
+#[cfg(not(target_os = "linux"))]
+type Resource = libc::c_int;
+
+pub type Rlimit = (Resource, u64);
 
 /// The limits of one run. CPU time is a backstop behind the wall-clock kill.
 pub fn for_run(limits: &Limits, cpu_seconds: u64) -> Vec<Rlimit> {

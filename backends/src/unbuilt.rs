@@ -14,17 +14,10 @@ impl UnbuiltBackend {
     }
 
     fn reason(&self) -> String {
-        match self.kind {
-            SandboxKind::Seatbelt if !cfg!(target_os = "macos") => {
-                "seatbelt needs macOS (/usr/bin/sandbox-exec); on this OS set execution.sandbox to landlock, \
-                 docker or none"
-                    .to_string()
-            }
-            kind => format!(
-                "the {kind} backend is not part of this build of ptc-mcp yet; set execution.sandbox: none to run \
-                 programs without OS isolation (see the README's sandbox table)"
-            ),
-        }
+        format!(
+            "the {} backend is not part of this build of ptc-mcp yet; use landlock (Linux) or seatbelt (macOS)",
+            self.kind
+        )
     }
 }
 

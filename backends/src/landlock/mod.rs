@@ -15,8 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::process::Command;
 
-use crate::process::host_runner;
-use crate::protocol::RUNNER_SOURCE;
+use crate::host::{host_runner, runner_args};
 use crate::python::ResolvedPython;
 use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
 use policy::{PlanRequest, Policy, inspect, plan};
@@ -108,8 +107,7 @@ impl SandboxBackend for LandlockBackend {
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let python = self.python.get().await.as_ref().map_err(|e| self.unavailable(e.to_string()))?;
-        let args = vec!["-I".into(), "-S".into(), "-c".into(), RUNNER_SOURCE.to_string()];
-        self.start(python, args, request)
+        self.start(python, runner_args(), request)
     }
 }
 

@@ -1,14 +1,65 @@
-//! A runner that is a process on this host (the `none` backend now, `landlock` later): it leads its own
-//! process group so that killing the group kills everything the program started.
+//! Runners that are processes on this host (`none`, `seatbelt`, and `landlock` through its helper): each
+//! leads its own process group so that killing the group kills everything the program started.
 
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
-use tokio::process::{Child, ChildStderr};
+use tokio::process::{Child, ChildStderr, Command};
 
-use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError};
+use crate::protocol::RUNNER_SOURCE;
+use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError, SpawnRequest, rlimits};
+
+/// Interpreter arguments that start the embedded runner: isolated mode, no `site` (standard library only).
+pub(crate) fn runner_args() -> Vec<String> {
+    ["-I", "-S", "-c", RUNNER_SOURCE].map(String::from).to_vec()
+}
+
+/// Starts `argv` (built for the run's scratch directory) as a runner: an empty environment except `HOME`
+/// and `TMPDIR` (the scratch directory, also its working directory), its own process group, the run's
+/// rlimits, and (on Linux) death with the server.
+pub(crate) fn spawn_confined(
+    request: &SpawnRequest,
+    argv: impl FnOnce(&Path) -> Vec<String>,
+) -> Result<RunnerProcess, SpawnError> {
+    let scratch = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
+    let argv = argv(scratch.path());
+    let (program, args) = argv.split_first().expect("a command line has a program");
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .env("HOME", scratch.path())
+        .env("TMPDIR", scratch.path())
+        .current_dir(scratch.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    let rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout));
+    // SAFETY: the closure only makes async-signal-safe syscalls (setrlimit, prctl).
+    unsafe {
+        command.pre_exec(move || confine(&rlimits));
+    }
+    let child = command.spawn().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
+    host_runner(child, scratch)
+}
+
+/// In the child before exec: the run's limits, and death with the server.
+fn confine(rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
+    rlimits::apply(rlimits)?;
+    // Die with the server even if it is killed without a chance to clean up.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// How much of the runner's stderr is kept for diagnostics.
 const STDERR_TAIL_BYTES: usize = 4096;

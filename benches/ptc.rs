@@ -1,0 +1,191 @@
+//! Benchmarks of ptc-mcp against floors measured in the same run (`cargo bench --bench ptc`, or
+//! `ci/bench.sh`). Each figure is reported beside its baseline and the ratio; nothing here fails on a slow
+//! machine. Runs once per sandbox backend that is available here (`PTC_BENCH_SANDBOXES`, default
+//! `none,landlock`).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_ptc-mcp");
+
+fn repo(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+struct Server {
+    client: RunningService<RoleClient, ()>,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+fn mock_entry() -> String {
+    format!(
+        "  - name: mock\n    command: python3\n    args: [{}]\n",
+        json!(repo("tests/servers/mock_server.py").display().to_string())
+    )
+}
+
+async fn start(sandbox: &str, execution: &str) -> (Server, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let text = format!("servers:\n{}execution:\n  sandbox: {sandbox}\n{execution}", mock_entry());
+    std::fs::write(&config, text).unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(BINARY)
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve(transport).await.unwrap();
+    let ready = started.elapsed();
+    (Server { client, child, _dir: dir }, ready)
+}
+
+impl Server {
+    async fn execute(&self, code: &str) -> Value {
+        let params = CallToolRequestParams::new("execute_program").with_arguments(json!({"code": code}).as_object().unwrap().clone());
+        let result = self.client.peer().call_tool(params).await.unwrap();
+        assert_ne!(result.is_error, Some(true), "benchmark program failed: {result:?}");
+        result.structured_content.unwrap()
+    }
+
+    /// VmRSS and VmHWM of the server process, in MiB.
+    fn memory(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap_or_default();
+        let field = |name: &str| {
+            status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    samples[((samples.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn row(name: &str, value: String, baseline: String, ratio: f64) {
+    println!("| {name} | {value} | {baseline} | {ratio:.2}x |");
+}
+
+/// Median time to start the real interpreter (not a PATH shim) and import what the runner needs: the floor
+/// of a run without a pool of ready runners.
+async fn bare_interpreter_start() -> Duration {
+    let which = Command::new("python3").args(["-I", "-S", "-c", "import sys; print(sys.executable)"]).output().await.unwrap();
+    let python = String::from_utf8(which.stdout).unwrap().trim().to_string();
+    let mut samples = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let status = Command::new(&python).args(["-I", "-S", "-c", "import asyncio, json; print(1)"]).output().await.unwrap();
+        assert!(status.status.success());
+        samples.push(started.elapsed());
+    }
+    percentile(&mut samples, 0.5)
+}
+
+/// Direct calls to the mock server, without ptc-mcp: the floor for per-call overhead.
+async fn direct_calls(count: usize) -> Duration {
+    let mut child = Command::new("python3")
+        .arg(repo("tests/servers/mock_server.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve(transport).await.unwrap();
+    let started = Instant::now();
+    for i in 0..count {
+        let params = CallToolRequestParams::new("echo").with_arguments(json!({"i": i}).as_object().unwrap().clone());
+        client.peer().call_tool(params).await.unwrap();
+    }
+    started.elapsed()
+}
+
+async fn bench_backend(sandbox: &str) {
+    let (server, cold_start) = start(sandbox, "  timeout_seconds: 60\n  max_tool_calls: 1000\n").await;
+    let probe = server.execute("print(1)").await;
+    if probe["ok"] != json!(true) {
+        println!("\n{sandbox}: unavailable here ({}), skipped", probe["error"]);
+        return;
+    }
+    let (idle_rss, _) = server.memory();
+    println!("\n### sandbox: {sandbox}\n\n| measure | ptc-mcp | baseline | ratio |\n|---|---|---|---|");
+
+    let mut samples: Vec<Duration> = Vec::new();
+    for _ in 0..30 {
+        let started = Instant::now();
+        server.execute("print(1)").await;
+        samples.push(started.elapsed());
+    }
+    let floor = bare_interpreter_start().await;
+    let p50 = percentile(&mut samples, 0.5);
+    let p95 = percentile(&mut samples, 0.95);
+    row("execute `print(1)` p50", ms(p50), format!("{} (bare interpreter start + asyncio import)", ms(floor)), p50.as_secs_f64() / floor.as_secs_f64());
+    row("execute `print(1)` p95", ms(p95), ms(floor), p95.as_secs_f64() / floor.as_secs_f64());
+
+    let calls = 500;
+    let direct = direct_calls(calls).await;
+    let run = server
+        .execute(&format!("import time\nt = time.perf_counter()\nfor i in range({calls}):\n    await mcp__mock__echo(i=i)\nemit(time.perf_counter() - t)"))
+        .await;
+    let through = Duration::from_secs_f64(run["result"].as_f64().unwrap());
+    row(
+        &format!("{calls} sequential calls, per call"),
+        format!("{:.0} µs", through.as_secs_f64() * 1e6 / calls as f64),
+        format!("{:.0} µs direct", direct.as_secs_f64() * 1e6 / calls as f64),
+        through.as_secs_f64() / direct.as_secs_f64(),
+    );
+
+    let run = server
+        .execute("import asyncio, time\nt = time.perf_counter()\nawait asyncio.gather(*[mcp__mock__sleep(seconds=0.05) for _ in range(64)])\nemit(time.perf_counter() - t)")
+        .await;
+    let gathered = run["result"].as_f64().unwrap();
+    row("64 gathered 50 ms calls, concurrency 8", format!("{:.0} ms", gathered * 1000.0), "400 ms ideal".into(), gathered / 0.4);
+
+    let size = 8 * 1024 * 1024;
+    let run = server
+        .execute(&format!(
+            "import json, time\nt = time.perf_counter()\nr = await mcp__mock__huge(size={size})\nelapsed = time.perf_counter() - t\n\
+             text = json.dumps(r)\nt = time.perf_counter()\njson.loads(text)\nemit([elapsed, time.perf_counter() - t])"
+        ))
+        .await;
+    let (result_time, parse_time) = (run["result"][0].as_f64().unwrap(), run["result"][1].as_f64().unwrap());
+    row("8 MiB result into a program", format!("{:.0} ms", result_time * 1000.0), format!("{:.0} ms json.loads", parse_time * 1000.0), result_time / parse_time);
+    let (_, peak_rss) = server.memory();
+
+    let started = Instant::now();
+    let programs = (0..8).map(|_| server.execute("import time\ntime.sleep(0.5)"));
+    futures::future::join_all(programs).await;
+    let concurrent = started.elapsed();
+    row("8 concurrent 0.5 s programs", ms(concurrent), "500 ms ideal".into(), concurrent.as_secs_f64() / 0.5);
+
+    row("server RSS idle", format!("{idle_rss:.1} MiB"), "-".into(), 1.0);
+    row("server RSS peak (after the 8 MiB result)", format!("{peak_rss:.1} MiB"), "8 MiB result".into(), peak_rss / 8.0);
+    row("cold start to initialize answered", ms(cold_start), "-".into(), 1.0);
+}
+
+#[tokio::main]
+async fn main() {
+    let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
+    println!("# ptc-mcp benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    for sandbox in sandboxes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        bench_backend(sandbox).await;
+    }
+}

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Runs the benchmarks (release build) and prints a Markdown table per available sandbox backend, each
+# figure beside a baseline measured in the same run. Not a test: it never fails on a slow machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo bench --locked --bench ptc "$@"
