@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use ptc_backends::BackendSettings;
+use ptc_backends::{BackendSettings, SandboxKind};
 use ptc_mcp::config::{CONFIG_ENV, Config, ConfigSource};
 use ptc_mcp::engine::Engine;
 use ptc_mcp::registry::Registry;
@@ -24,6 +24,11 @@ struct Cli {
     /// The YAML config. Without it: $PTC_MCP_CONFIG, else ./config.yaml, else built-in defaults (no servers).
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
+
+    /// Check whether a sandbox (auto, seatbelt, landlock, docker or none) can run programs here, print what
+    /// it enforces or why not, and exit (status 0 when it can). Uses execution.python from the config.
+    #[arg(long, value_name = "SANDBOX")]
+    check_sandbox: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -46,9 +51,39 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(sandbox) = cli.check_sandbox {
+        return runtime.block_on(check_sandbox(&sandbox, &config));
+    }
     let code = runtime.block_on(serve(config, source));
     // A pending read of stdin cannot be cancelled, so leave without waiting for the runtime to wind down.
     std::process::exit(code);
+}
+
+/// `--check-sandbox`: probe one backend and report.
+async fn check_sandbox(sandbox: &str, config: &Config) -> ExitCode {
+    let kind: SandboxKind = match serde_yaml_ng::from_str(sandbox) {
+        Ok(kind) => kind,
+        Err(_) => {
+            eprintln!("ptc-mcp: unknown sandbox '{sandbox}'; expected auto, seatbelt, landlock, docker or none");
+            return ExitCode::from(CONFIG_ERROR);
+        }
+    };
+    let Some(settings) = backend_settings(config) else {
+        return ExitCode::FAILURE;
+    };
+    let availability = ptc_backends::select(kind, &settings).probe().await;
+    println!("{}: {}", kind.resolve_auto(), availability.describe());
+    if availability.is_usable() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn backend_settings(config: &Config) -> Option<BackendSettings> {
+    match std::env::current_exe() {
+        Ok(helper) => Some(BackendSettings { python: config.execution.python.clone(), helper }),
+        Err(e) => {
+            eprintln!("ptc-mcp: cannot find its own executable (needed to start sandboxes): {e}");
+            None
+        }
+    }
 }
 
 async fn serve(config: Config, source: ConfigSource) -> i32 {
@@ -59,17 +94,10 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
             return i32::from(CONFIG_ERROR);
         }
     };
-    let helper = match std::env::current_exe() {
-        Ok(path) => path,
-        Err(e) => {
-            eprintln!("ptc-mcp: cannot find its own executable (needed to start sandboxes): {e}");
-            return 1;
-        }
+    let Some(settings) = backend_settings(&config) else {
+        return 1;
     };
-    let backend = ptc_backends::select(
-        config.execution.sandbox,
-        &BackendSettings { python: config.execution.python.clone(), helper },
-    );
+    let backend = ptc_backends::select(config.execution.sandbox, &settings);
     let engine = Arc::new(Engine::new(backend, Arc::clone(&registry), config.execution.clone()));
     tokio::spawn(announce(Arc::clone(&engine), config, source));
     let server = match PtcServer::new(registry, engine).serve(rmcp::transport::stdio()).await {
