@@ -100,17 +100,21 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
     let backend = ptc_backends::select(config.execution.sandbox, &settings);
     let engine = Arc::new(Engine::new(backend, Arc::clone(&registry), config.execution.clone()));
     tokio::spawn(announce(Arc::clone(&engine), config, source));
-    let server = match PtcServer::new(registry, engine).serve(rmcp::transport::stdio()).await {
-        Ok(server) => server,
-        Err(e) => {
-            tracing::info!("no MCP session: {e}");
-            return 0;
-        }
-    };
+    let serving = PtcServer::new(registry, Arc::clone(&engine)).serve(rmcp::transport::stdio());
     tokio::select! {
-        _ = server.waiting() => 0,
-        _ = shutdown_signal() => 0,
+        served = serving => match served {
+            Ok(server) => {
+                tokio::select! {
+                    _ = server.waiting() => {}
+                    _ = shutdown_signal() => {}
+                }
+            }
+            Err(e) => tracing::info!("no MCP session: {e}"),
+        },
+        _ = shutdown_signal() => {}
     }
+    engine.shutdown();
+    0
 }
 
 /// The one start-up line: version, sandbox and its availability, configured servers.

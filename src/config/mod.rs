@@ -133,6 +133,8 @@ pub struct ExecutionConfig {
     pub trace: TraceMode,
     pub max_tool_result_bytes: usize,
     pub limits: Limits,
+    /// Runners kept started and ready for the next programs; 0 starts one per run.
+    pub pool_size: usize,
 }
 
 impl Default for ExecutionConfig {
@@ -148,6 +150,7 @@ impl Default for ExecutionConfig {
             trace: TraceMode::Summary,
             max_tool_result_bytes: 16 * 1024 * 1024,
             limits: Limits::default(),
+            pool_size: 2,
         }
     }
 }
@@ -345,6 +348,9 @@ impl ExecutionConfig {
             if value == 0 {
                 return Err(format!("execution.{key}: must be at least 1"));
             }
+        }
+        if self.pool_size > 64 {
+            return Err(format!("execution.pool_size: at most 64 ready runners, got {}", self.pool_size));
         }
         if self.python.trim().is_empty() {
             return Err("execution.python: must name an interpreter (e.g. python3)".to_string());

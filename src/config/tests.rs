@@ -68,6 +68,7 @@ fn an_empty_document_gives_the_seed_defaults() {
         assert_eq!(e.trace, TraceMode::Summary);
         assert_eq!(e.max_tool_result_bytes, 16_777_216);
         assert_eq!(e.limits, Limits { memory_mb: 1024, scratch_mb: 256, open_files: 256, file_size_mb: 64 });
+        assert_eq!(e.pool_size, 2);
     }
 }
 
@@ -82,6 +83,7 @@ fn errors_name_the_key_and_what_is_expected() {
         ("execution:\n  limits:\n    memory_mb: 0\n", "execution.limits.memory_mb: must be at least 1"),
         ("execution:\n  limits:\n    disk: 1\n", "execution.limits.disk: unknown field `disk`"),
         ("execution:\n  sandbox: jail\n", "execution.sandbox: unknown variant `jail`"),
+        ("execution:\n  pool_size: 65\n", "execution.pool_size: at most 64 ready runners"),
         ("execution:\n  trace: full\n", "execution.trace: unknown variant `full`"),
         ("servers:\n  - name: a\n    transport: stdio\n", "servers[0] ('a').command: required for transport stdio"),
         ("servers:\n  - name: a\n    transport: http\n", "servers[0] ('a').url: required for transport http"),

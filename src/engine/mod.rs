@@ -3,6 +3,7 @@
 
 mod lines;
 mod output;
+mod pool;
 mod report;
 mod run;
 mod trace;
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ExecutionConfig;
 use crate::registry::Registry;
+use pool::RunnerPool;
 pub use report::RunReport;
 
 /// How long the first run after start-up waits for servers that are still connecting.
@@ -24,13 +26,16 @@ pub const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(15);
 pub struct Engine {
     backend: Arc<dyn SandboxBackend>,
     availability: OnceCell<Availability>,
+    pool: Arc<RunnerPool>,
     registry: Arc<Registry>,
     settings: ExecutionConfig,
 }
 
 impl Engine {
     pub fn new(backend: Arc<dyn SandboxBackend>, registry: Arc<Registry>, settings: ExecutionConfig) -> Self {
-        Engine { backend, availability: OnceCell::new(), registry, settings }
+        let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
+        let pool = RunnerPool::new(Arc::clone(&backend), request, settings.pool_size);
+        Engine { backend, availability: OnceCell::new(), pool, registry, settings }
     }
 
     pub fn settings(&self) -> &ExecutionConfig {
@@ -41,9 +46,22 @@ impl Engine {
         self.backend.kind()
     }
 
-    /// The backend's availability, probed once.
+    /// The backend's availability, probed once; when usable, the pool of ready runners starts filling.
     pub async fn availability(&self) -> &Availability {
-        self.availability.get_or_init(|| self.backend.probe()).await
+        self.availability
+            .get_or_init(|| async {
+                let availability = self.backend.probe().await;
+                if availability.is_usable() {
+                    self.pool.refill();
+                }
+                availability
+            })
+            .await
+    }
+
+    /// Kills the runners waiting in the pool (at shutdown: nothing outlives the server).
+    pub fn shutdown(&self) {
+        self.pool.close();
     }
 
     /// Runs `code` to the end, a failure, the time limit, or `cancel`.
@@ -54,19 +72,14 @@ impl Engine {
                 self.backend.kind()
             ));
         }
-        let request = SpawnRequest { limits: self.settings.limits.clone(), timeout: self.settings.timeout() };
-        let runner = match self.backend.spawn(&request).await {
+        let deadline = tokio::time::Instant::now() + self.settings.timeout();
+        let (runner, ()) =
+            tokio::join!(self.pool.take(deadline), self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT));
+        let runner = match runner {
             Ok(runner) => runner,
-            Err(e) => return RunReport::failed(format!("SandboxError: {e}")),
+            Err(error) => return RunReport::failed(error),
         };
-        let context = run::RunContext {
-            registry: &self.registry,
-            settings: &self.settings,
-            code,
-            deadline: tokio::time::Instant::now() + self.settings.timeout(),
-            cancel,
-            first_connect_wait: FIRST_CONNECT_WAIT,
-        };
+        let context = run::RunContext { registry: &self.registry, settings: &self.settings, code, deadline, cancel };
         run::drive(runner, context).await
     }
 }

@@ -4,17 +4,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ptc_backends::protocol::{FromRunner, PROTOCOL_VERSION, ProgramError, ToRunner};
-use ptc_backends::{ExitInfo, RunnerProcess};
+use ptc_backends::ExitInfo;
+use ptc_backends::protocol::{FromRunner, ProgramError, ToRunner};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
-use tokio::io::{AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::lines::read_line;
 use super::output::OutputBuffer;
+use super::pool::ReadyRunner;
 use super::report::RunReport;
 use crate::config::ExecutionConfig;
 use crate::registry::Registry;
@@ -32,7 +33,6 @@ pub(super) struct RunContext<'a> {
     pub code: &'a str,
     pub deadline: tokio::time::Instant,
     pub cancel: CancellationToken,
-    pub first_connect_wait: Duration,
 }
 
 /// How the protocol loop ended.
@@ -48,11 +48,10 @@ enum Ending {
 /// What a finished call task reports back to the loop for the trace (helpers report nothing).
 type Finished = Option<(usize, Option<String>, Instant)>;
 
-pub(super) async fn drive(runner: RunnerProcess, cx: RunContext<'_>) -> RunReport {
-    let RunnerProcess { to_runner, from_runner, mut control } = runner;
+pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport {
+    let ReadyRunner { to_runner, mut reader, mut control } = runner;
     let (lines_tx, lines_rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE);
     let writer = tokio::spawn(write_lines(to_runner, lines_rx));
-    let mut reader = BufReader::with_capacity(64 * 1024, from_runner);
     let mut line = Vec::new();
     let max_line = MAX_CONTROL_LINE.max(cx.settings.max_output_bytes * 2);
 
@@ -62,66 +61,38 @@ pub(super) async fn drive(runner: RunnerProcess, cx: RunContext<'_>) -> RunRepor
     let semaphore = Arc::new(Semaphore::new(cx.settings.max_concurrent_calls));
     let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
 
-    let handshake = async {
-        let (ready, ()) =
-            tokio::join!(read_line(&mut reader, &mut line, max_line), cx.registry.wait_for_first_attempts(cx.first_connect_wait));
-        match ready {
-            Ok(true) => match FromRunner::parse(&line) {
-                Ok(FromRunner::Ready { version: PROTOCOL_VERSION }) => Ok(()),
-                Ok(FromRunner::Ready { version }) => Err(format!(
-                    "the runner speaks protocol version {version}, the server {PROTOCOL_VERSION}; reinstall ptc-mcp"
-                )),
-                _ => Err("the runner did not start with a ready message".to_string()),
-            },
-            Ok(false) => Err("the runner exited before it was ready".to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    };
-    let ending = match tokio::time::timeout_at(cx.deadline, handshake).await {
-        Err(_) => Ending::Timeout,
-        Ok(Err(why)) => {
-            control.kill().await;
-            let stderr = control.stderr_tail();
-            let detail = if stderr.trim().is_empty() { String::new() } else { format!(": {}", stderr.trim()) };
-            report.error = Some(format!("SandboxError: {why}{detail}"));
-            writer.abort();
-            return report;
-        }
-        Ok(Ok(())) => {
-            let tools = cx.registry.catalog().names();
-            let run = ToRunner::Run { code: cx.code, tools: &tools, max_output_bytes: cx.settings.max_output_bytes };
-            let _ = lines_tx.send(run.to_line()).await;
-            loop {
-                tokio::select! {
-                    biased;
-                    () = cx.cancel.cancelled() => break Ending::Cancelled,
-                    () = tokio::time::sleep_until(cx.deadline) => break Ending::Timeout,
-                    Some(joined) = calls.join_next(), if !calls.is_empty() => {
-                        if let Ok(Some((index, error, ended))) = joined {
-                            report.trace.finish(index, error, ended);
-                        }
-                    }
-                    info = control.wait(), if exited.is_none() => {
-                        exited = Some((info, tokio::time::Instant::now() + EXIT_GRACE));
-                    }
-                    () = sleep_until_some(exited.as_ref().map(|(_, grace)| *grace)) => {
-                        break Ending::Exited(exited.take().map(|(info, _)| info).expect("set with the grace"));
-                    }
-                    read = read_line(&mut reader, &mut line, max_line) => match read {
-                        Ok(true) => match FromRunner::parse(&line) {
-                            Ok(FromRunner::Done { error }) => break Ending::Done(error),
-                            Ok(message) => {
-                                if let Err(why) = handle(message, &cx, &mut report, &mut output, &mut calls, &semaphore, &lines_tx) {
-                                    break Ending::Broken(why);
-                                }
-                            }
-                            Err(e) => break Ending::Broken(format!("an invalid message ({e})")),
-                        },
-                        Ok(false) => break Ending::Exited(control.wait().await),
-                        Err(e) => break Ending::Broken(e.to_string()),
-                    },
+    let tools = cx.registry.catalog().names();
+    let run = ToRunner::Run { code: cx.code, tools: &tools, max_output_bytes: cx.settings.max_output_bytes };
+    let _ = lines_tx.send(run.to_line()).await;
+    let ending = loop {
+        tokio::select! {
+            biased;
+            () = cx.cancel.cancelled() => break Ending::Cancelled,
+            () = tokio::time::sleep_until(cx.deadline) => break Ending::Timeout,
+            Some(joined) = calls.join_next(), if !calls.is_empty() => {
+                if let Ok(Some((index, error, ended))) = joined {
+                    report.trace.finish(index, error, ended);
                 }
             }
+            info = control.wait(), if exited.is_none() => {
+                exited = Some((info, tokio::time::Instant::now() + EXIT_GRACE));
+            }
+            () = sleep_until_some(exited.as_ref().map(|(_, grace)| *grace)) => {
+                break Ending::Exited(exited.take().map(|(info, _)| info).expect("set with the grace"));
+            }
+            read = read_line(&mut reader, &mut line, max_line) => match read {
+                Ok(true) => match FromRunner::parse(&line) {
+                    Ok(FromRunner::Done { error }) => break Ending::Done(error),
+                    Ok(message) => {
+                        if let Err(why) = handle(message, &cx, &mut report, &mut output, &mut calls, &semaphore, &lines_tx) {
+                            break Ending::Broken(why);
+                        }
+                    }
+                    Err(e) => break Ending::Broken(format!("an invalid message ({e})")),
+                },
+                Ok(false) => break Ending::Exited(control.wait().await),
+                Err(e) => break Ending::Broken(e.to_string()),
+            },
         }
     };
 

@@ -1,0 +1,130 @@
+//! Ready runners: started, confined, interpreter up and handshake done, waiting for their program. A pool
+//! keeps `execution.pool_size` of them so a run does not pay the interpreter's start-up; each serves one run
+//! and is discarded, and the pool refills in the background. A run never waits for the pool: with no ready
+//! runner at hand it starts its own, exactly as without a pool.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ptc_backends::protocol::{FromRunner, PROTOCOL_VERSION};
+use ptc_backends::{RunnerControl, SandboxBackend, SpawnRequest};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+
+use super::lines::read_line;
+
+/// How long a runner started for the pool may take to say `ready`.
+const POOL_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// The `ready` line is tiny; anything longer is not one.
+const MAX_READY_LINE: usize = 4096;
+
+/// A runner past its handshake.
+pub struct ReadyRunner {
+    pub to_runner: Pin<Box<dyn AsyncWrite + Send>>,
+    pub reader: BufReader<Pin<Box<dyn AsyncRead + Send>>>,
+    pub control: Box<dyn RunnerControl>,
+}
+
+/// Starts a runner and waits (until `deadline`) for its `ready`. `Err` is the run's `SandboxError` text.
+pub async fn start_ready(
+    backend: &dyn SandboxBackend,
+    request: &SpawnRequest,
+    deadline: tokio::time::Instant,
+) -> Result<ReadyRunner, String> {
+    let runner = backend.spawn(request).await.map_err(|e| format!("SandboxError: {e}"))?;
+    let mut control = runner.control;
+    let mut reader = BufReader::with_capacity(64 * 1024, runner.from_runner);
+    let mut line = Vec::new();
+    let why = match tokio::time::timeout_at(deadline, read_line(&mut reader, &mut line, MAX_READY_LINE)).await {
+        Err(_) => "the runner did not get ready in time".to_string(),
+        Ok(Ok(true)) => match FromRunner::parse(&line) {
+            Ok(FromRunner::Ready { version: PROTOCOL_VERSION }) => {
+                return Ok(ReadyRunner { to_runner: runner.to_runner, reader, control });
+            }
+            Ok(FromRunner::Ready { version }) => {
+                format!("the runner speaks protocol version {version}, the server {PROTOCOL_VERSION}; reinstall ptc-mcp")
+            }
+            _ => "the runner did not start with a ready message".to_string(),
+        },
+        Ok(Ok(false)) => "the runner exited before it was ready".to_string(),
+        Ok(Err(e)) => e.to_string(),
+    };
+    control.kill().await;
+    let stderr = control.stderr_tail();
+    let detail = if stderr.trim().is_empty() { String::new() } else { format!(": {}", stderr.trim()) };
+    Err(format!("SandboxError: {why}{detail}"))
+}
+
+pub struct RunnerPool {
+    backend: Arc<dyn SandboxBackend>,
+    request: SpawnRequest,
+    size: usize,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Default)]
+struct PoolState {
+    ready: VecDeque<ReadyRunner>,
+    starting: usize,
+    closed: bool,
+}
+
+impl RunnerPool {
+    pub fn new(backend: Arc<dyn SandboxBackend>, request: SpawnRequest, size: usize) -> Arc<RunnerPool> {
+        Arc::new(RunnerPool { backend, request, size, state: Mutex::new(PoolState::default()) })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A ready runner: from the pool if one is waiting, else started now (ready by `deadline`). Either way the
+    /// pool starts refilling.
+    pub async fn take(self: &Arc<Self>, deadline: tokio::time::Instant) -> Result<ReadyRunner, String> {
+        let pooled = self.state().ready.pop_front();
+        self.refill();
+        match pooled {
+            Some(runner) => Ok(runner),
+            None => start_ready(self.backend.as_ref(), &self.request, deadline).await,
+        }
+    }
+
+    /// Starts runners in the background until `size` are ready or starting.
+    pub fn refill(self: &Arc<Self>) {
+        let missing = {
+            let mut state = self.state();
+            let missing = self.size.saturating_sub(state.ready.len() + state.starting);
+            if state.closed {
+                return;
+            }
+            state.starting += missing;
+            missing
+        };
+        for _ in 0..missing {
+            let pool = Arc::clone(self);
+            tokio::spawn(async move {
+                let deadline = tokio::time::Instant::now() + POOL_START_TIMEOUT;
+                let started = start_ready(pool.backend.as_ref(), &pool.request, deadline).await;
+                let mut state = pool.state();
+                state.starting -= 1;
+                match started {
+                    // Dropped (killed) right away if the pool closed meanwhile.
+                    Ok(runner) if !state.closed => state.ready.push_back(runner),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("could not start a runner for the pool: {e}"),
+                }
+            });
+        }
+    }
+
+    /// Kills every waiting runner and stops refilling (at shutdown).
+    pub fn close(&self) {
+        let drained: Vec<ReadyRunner> = {
+            let mut state = self.state();
+            state.closed = true;
+            state.ready.drain(..).collect()
+        };
+        drop(drained);
+    }
+}
