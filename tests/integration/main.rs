@@ -6,5 +6,6 @@ mod common;
 mod cli;
 mod execute;
 mod escape;
+mod pool;
 mod registry;
 mod thirdparty;
