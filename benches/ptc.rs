@@ -38,19 +38,18 @@ async fn start(sandbox: &str, execution: &str) -> (Server, Duration) {
     let text = format!("servers:\n{}execution:\n  sandbox: {sandbox}\n{execution}", mock_entry());
     std::fs::write(&config, text).unwrap();
     let started = Instant::now();
-    let mut child = Command::new(BINARY)
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-    let client = ().serve(transport).await.unwrap();
+    let mut command = Command::new(BINARY);
+    command.arg("--config").arg(&config).env("RUST_LOG", "error");
+    let (client, child) = connect(command).await;
     let ready = started.elapsed();
     (Server { client, child, _dir: dir }, ready)
+}
+
+/// Starts an MCP server command and connects a client to its stdio.
+async fn connect(mut command: Command) -> (RunningService<RoleClient, ()>, Child) {
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).kill_on_drop(true).spawn().unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    (().serve(transport).await.unwrap(), child)
 }
 
 impl Server {
@@ -101,15 +100,9 @@ async fn bare_interpreter_start() -> Duration {
 
 /// Direct calls to the mock server, without ptc-mcp: the floor for per-call overhead.
 async fn direct_calls(count: usize) -> Duration {
-    let mut child = Command::new("python3")
-        .arg(repo("tests/servers/mock_server.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-    let client = ().serve(transport).await.unwrap();
+    let mut command = Command::new("python3");
+    command.arg(repo("tests/servers/mock_server.py"));
+    let (client, _child) = connect(command).await;
     let started = Instant::now();
     for i in 0..count {
         let params = CallToolRequestParams::new("echo").with_arguments(json!({"i": i}).as_object().unwrap().clone());
@@ -128,17 +121,24 @@ async fn bench_backend(sandbox: &str) {
     let (idle_rss, _) = server.memory();
     println!("\n### sandbox: {sandbox}\n\n| measure | ptc-mcp | baseline | ratio |\n|---|---|---|---|");
 
-    let mut samples: Vec<Duration> = Vec::new();
-    for _ in 0..30 {
-        let started = Instant::now();
-        server.execute("print(1)").await;
-        samples.push(started.elapsed());
-    }
     let floor = bare_interpreter_start().await;
-    let p50 = percentile(&mut samples, 0.5);
-    let p95 = percentile(&mut samples, 0.95);
-    row("execute `print(1)` p50", ms(p50), format!("{} (bare interpreter start + asyncio import)", ms(floor)), p50.as_secs_f64() / floor.as_secs_f64());
-    row("execute `print(1)` p95", ms(p95), ms(floor), p95.as_secs_f64() / floor.as_secs_f64());
+    for (label, pool_size) in [("pool on", 2), ("pool off", 0)] {
+        let (server, _) = start(sandbox, &format!("  pool_size: {pool_size}\n")).await;
+        server.execute("print(1)").await;
+        let mut samples = Vec::new();
+        for _ in 0..20 {
+            // Programs arrive a model round trip apart; give the pool the time to refill that it has in use.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let started = Instant::now();
+            server.execute("print(1)").await;
+            samples.push(started.elapsed());
+        }
+        let p50 = percentile(&mut samples, 0.5);
+        let p95 = percentile(&mut samples, 0.95);
+        let baseline = format!("{} (bare interpreter start + asyncio import)", ms(floor));
+        row(&format!("execute `print(1)` p50, {label}"), ms(p50), baseline, p50.as_secs_f64() / floor.as_secs_f64());
+        row(&format!("execute `print(1)` p95, {label}"), ms(p95), ms(floor), p95.as_secs_f64() / floor.as_secs_f64());
+    }
 
     let calls = 500;
     let direct = direct_calls(calls).await;

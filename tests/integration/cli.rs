@@ -11,7 +11,7 @@ async fn a_bad_config_exits_with_status_2_and_one_line_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.yaml");
     std::fs::write(&path, "execution:\n  max_tool_calls: 0\n").unwrap();
-    let output = tokio::process::Command::new(BINARY).arg("--config").arg(&path).output().await.unwrap();
+    let output = tokio::process::Command::new(binary()).arg("--config").arg(&path).output().await.unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -23,7 +23,7 @@ async fn an_unset_variable_is_a_config_error_naming_it_and_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
     std::fs::write(&path, "servers:\n  - name: api\n    command: x\n    env:\n      KEY: ${PTC_TEST_UNSET_VARIABLE}\n").unwrap();
-    let output = tokio::process::Command::new(BINARY)
+    let output = tokio::process::Command::new(binary())
         .arg("--config")
         .arg(&path)
         .env_remove("PTC_TEST_UNSET_VARIABLE")
@@ -40,7 +40,7 @@ async fn the_config_is_found_through_the_environment_variable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("env.yaml");
     std::fs::write(&path, "execution:\n  timeout_seconds: -1\n").unwrap();
-    let output = tokio::process::Command::new(BINARY)
+    let output = tokio::process::Command::new(binary())
         .env("PTC_MCP_CONFIG", &path)
         .current_dir(dir.path())
         .output()
@@ -53,7 +53,7 @@ async fn the_config_is_found_through_the_environment_variable() {
 #[tokio::test]
 async fn without_any_config_file_the_server_starts_with_no_tools() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(BINARY)
+    let mut child = tokio::process::Command::new(binary())
         .current_dir(dir.path())
         .env_remove("PTC_MCP_CONFIG")
         .stdin(std::process::Stdio::piped())
@@ -73,7 +73,7 @@ async fn without_any_config_file_the_server_starts_with_no_tools() {
 
 #[tokio::test]
 async fn help_describes_the_config_search_order() {
-    let output = tokio::process::Command::new(BINARY).arg("--help").output().await.unwrap();
+    let output = tokio::process::Command::new(binary()).arg("--help").output().await.unwrap();
     let help = String::from_utf8(output.stdout).unwrap();
     assert!(output.status.success());
     for expected in ["--config <PATH>", "$PTC_MCP_CONFIG", "./config.yaml", "stdio"] {

@@ -22,7 +22,9 @@ async fn sdk_client(protocol: &str, config_text: &str, code: &str) -> Option<Val
     std::fs::write(&config_path, config_text).unwrap();
     let output = tokio::process::Command::new(python.unwrap())
         .arg(repo_path("tests/clients/sdk_client.py"))
-        .args(["--protocol", protocol, "--code", code, "--", BINARY, "--config"])
+        .args(["--protocol", protocol, "--code", code, "--"])
+        .arg(binary())
+        .arg("--config")
         .arg(&config_path)
         .env("RUST_LOG", "warn")
         .output()

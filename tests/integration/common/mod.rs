@@ -14,10 +14,16 @@ use serde_json::{Map, Value, json};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
-pub const BINARY: &str = env!("CARGO_BIN_EXE_ptc-mcp");
+/// The `ptc-mcp` binary under test: the one cargo built, or `$PTC_TEST_BINARY` (for runs of a copied test
+/// binary, e.g. as another user by ci/test-as-user.sh).
+pub fn binary() -> PathBuf {
+    std::env::var_os("PTC_TEST_BINARY").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ptc-mcp")), PathBuf::from)
+}
 
+/// A path in the repository (`$PTC_TEST_REPO` for a copied checkout).
 pub fn repo_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+    let root = std::env::var_os("PTC_TEST_REPO").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    root.join(relative)
 }
 
 /// A YAML server entry for our mock downstream, with extra command-line flags.
@@ -65,7 +71,7 @@ impl Ptc {
     }
 
     async fn launch(config: &Path, workdir: &Path, env: &[(&str, &str)], dir: TempDir) -> Ptc {
-        let mut child = Command::new(BINARY)
+        let mut child = Command::new(binary())
             .arg("--config")
             .arg(config)
             .current_dir(workdir)
@@ -155,17 +161,17 @@ pub fn text_block(result: &CallToolResult, index: usize) -> String {
 /// Skips (returns `None` with a printed reason) when a machine-level prerequisite is missing, unless CI
 /// requires it through `PTC_REQUIRE=<name>,...` — then a missing prerequisite fails the test.
 pub fn require(name: &str, available: Result<(), String>) -> Option<()> {
-    match available {
-        Ok(()) => Some(()),
-        Err(why) => {
-            let required = std::env::var("PTC_REQUIRE").unwrap_or_default();
-            if required.split(',').any(|r| r.trim() == name) {
-                panic!("{name} is required (PTC_REQUIRE) but unavailable: {why}");
-            }
-            eprintln!("SKIPPED: needs {name}: {why}");
-            None
-        }
+    available.err().map_or(Some(()), |why| skip_unless_required("PTC_REQUIRE", name, &why))
+}
+
+/// Prints why a test is skipped and returns `None`, or fails the test if `variable` lists `name`.
+fn skip_unless_required(variable: &str, name: &str, why: &str) -> Option<()> {
+    let required = std::env::var(variable).unwrap_or_default();
+    if required.split(',').any(|r| r.trim() == name) {
+        panic!("{name} is required ({variable}) but unavailable: {why}");
     }
+    eprintln!("SKIPPED: needs {name}: {why}");
+    None
 }
 
 /// Whether a process exists and is not a zombie (this machine's init may leave zombies unreaped).
@@ -181,17 +187,8 @@ pub fn is_running(pid: i32) -> bool {
 /// unless `PTC_REQUIRE_BACKENDS` names it — then the test fails.
 pub async fn require_backend(ptc: &Ptc) -> Option<()> {
     let run = ptc.execute("print('ok')").await;
-    let sandbox = sandbox_under_test();
-    let available = if run.is_error() && run.text().contains("SandboxError") { Err(run.text()) } else { Ok(()) };
-    match available {
-        Ok(()) => Some(()),
-        Err(why) => {
-            let required = std::env::var("PTC_REQUIRE_BACKENDS").unwrap_or_default();
-            if required.split(',').any(|r| r.trim() == sandbox) {
-                panic!("sandbox {sandbox} is required (PTC_REQUIRE_BACKENDS) but unavailable: {why}");
-            }
-            eprintln!("SKIPPED: sandbox {sandbox} is unavailable here: {why}");
-            None
-        }
+    if run.is_error() && run.text().contains("SandboxError") {
+        return skip_unless_required("PTC_REQUIRE_BACKENDS", &sandbox_under_test(), &run.text());
     }
+    Some(())
 }
