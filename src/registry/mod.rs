@@ -4,7 +4,11 @@
 mod backoff;
 mod catalog;
 mod client;
+mod http;
+mod liveness;
+mod remote;
 pub mod result;
+mod sse;
 mod stdio;
 
 use std::collections::BTreeMap;
@@ -19,6 +23,7 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
+use liveness::LossKind;
 pub use catalog::{Catalog, ToolEntry};
 
 /// The connection state of one server.
@@ -36,6 +41,7 @@ struct Server {
 
 pub struct Registry {
     servers: Vec<Arc<Server>>,
+    limits: remote::Limits,
     filter: ToolFilter,
     catalog: RwLock<Arc<Catalog>>,
     /// How many servers have finished their first connection attempt (either way).
@@ -59,6 +65,7 @@ impl Registry {
                 .iter()
                 .map(|c| Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Connecting) }))
                 .collect(),
+            limits: remote::Limits::for_results(config.execution.max_tool_result_bytes),
             filter: config.tools.filter()?,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             settled: watch::Sender::new(0),
@@ -186,9 +193,13 @@ impl Registry {
 fn describe_call_error(name: &str, server: &str, error: ServiceError) -> String {
     match error {
         ServiceError::McpError(e) => format!("'{name}' failed: {} (JSON-RPC error {})", e.message, e.code.0),
-        ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
-            format!("'{name}' failed: the connection to server '{server}' was lost")
-        }
+        ServiceError::TransportSend(e) => match liveness::loss_in(&e, server) {
+            Some(loss) if loss.kind == LossKind::Credentials => format!("'{name}' failed: {}", loss.reason),
+            Some(loss) => format!("'{name}' failed: the connection to server '{server}' was lost: {}", loss.reason),
+            // Not a lost connection (e.g. an oversized or malformed response): the transport's own words.
+            None => format!("'{name}' failed: {}", e.error),
+        },
+        ServiceError::TransportClosed => format!("'{name}' failed: the connection to server '{server}' was lost"),
         ServiceError::UnexpectedResponse => format!("'{name}' failed: server '{server}' sent a malformed result"),
         other => format!("'{name}' failed: {other}"),
     }
@@ -198,15 +209,18 @@ const FIRST_RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// Connects a server, keeps its tool list current, and reconnects with capped backoff when its connection
-/// is lost — forever, without blocking anything else.
+/// is lost — forever, without blocking anything else. Rejected credentials are retried at the capped
+/// interval at once (they rarely fix themselves quickly), and a reason is logged once, not on every retry.
 async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
     let name = server.config.name.clone();
     let mut backoff = backoff::Backoff::new(FIRST_RETRY, MAX_RETRY);
     let mut first_attempt = true;
+    let mut last_logged: Option<String> = None;
     loop {
-        let reason = match client::connect(&server.config).await {
+        let loss = match client::connect(&server.config, registry.limits).await {
             Ok(session) => {
                 tracing::info!(server = %name, tools = session.tools.len(), "connected");
+                last_logged = None;
                 let peer = session.peer.clone();
                 registry.set_state(&server, ServerState::Up { peer: peer.clone(), tools: session.tools.clone() });
                 registry.mark_settled(&mut first_attempt);
@@ -218,11 +232,20 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
                     })
                     .await
             }
-            Err(reason) => reason,
+            Err(loss) => loss,
         };
-        tracing::warn!(server = %name, "unavailable: {reason}");
-        registry.set_state(&server, ServerState::Down { reason });
+        let delay = match loss.kind {
+            LossKind::Credentials => backoff.capped_delay(),
+            LossKind::Connection => backoff.next_delay(),
+        };
+        if last_logged.as_deref() == Some(loss.reason.as_str()) {
+            tracing::debug!(server = %name, "still unavailable: {}; retrying in {:.1}s", loss.reason, delay.as_secs_f64());
+        } else {
+            tracing::warn!(server = %name, "unavailable: {}; retrying in {:.1}s", loss.reason, delay.as_secs_f64());
+            last_logged = Some(loss.reason.clone());
+        }
+        registry.set_state(&server, ServerState::Down { reason: loss.reason });
         registry.mark_settled(&mut first_attempt);
-        tokio::time::sleep(backoff.next_delay()).await;
+        tokio::time::sleep(delay).await;
     }
 }
