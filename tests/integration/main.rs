@@ -8,3 +8,4 @@ mod execute;
 mod escape;
 mod registry;
 mod thirdparty;
+mod transports;
