@@ -24,6 +24,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// hidden) before a program calls it. Any answer, even a JSON-RPC error, means it is there.
 const HEARTBEAT: Duration = Duration::from_secs(20);
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A re-listing after `tools/list_changed` must not stall the session (and its loss detection) for good.
+const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Our side of a downstream session: it only needs to hear about tool-list changes.
 struct Downstream {
@@ -140,6 +142,12 @@ async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<Too
     Ok(tools.into_iter().map(|tool| Arc::new(ToolEntry::new(server, tool))).collect())
 }
 
+async fn relist(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<ToolEntry>>, String> {
+    tokio::time::timeout(RELIST_TIMEOUT, list_tools(server, peer))
+        .await
+        .unwrap_or_else(|_| Err(format!("tools/list did not answer within {}s", RELIST_TIMEOUT.as_secs())))
+}
+
 impl Session {
     fn new(config: &ServerConfig, (running, list_changed, tools): Handshake, link: Link) -> Session {
         Session { peer: running.peer().clone(), tools, server: config.name.clone(), running, list_changed, link }
@@ -166,7 +174,7 @@ impl Session {
                         let _ = tokio::time::timeout(HEARTBEAT_TIMEOUT, ping).await;
                     });
                 }
-                Some(()) = list_changed.recv() => match list_tools(&server, &peer).await {
+                Some(()) = list_changed.recv() => match relist(&server, &peer).await {
                     Ok(tools) => on_relist(tools),
                     Err(why) if peer.is_transport_closed() => tracing::debug!(server = %server, "{why}"),
                     Err(why) => tracing::warn!(server = %server, "re-listing tools failed, keeping the old list: {why}"),
