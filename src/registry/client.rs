@@ -149,6 +149,14 @@ async fn relist(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<ToolEnt
 }
 
 impl Session {
+    /// What the transport reports as lost (remote sessions only), for explaining failed calls.
+    pub fn losses(&self) -> Option<Losses> {
+        match &self.link {
+            Link::Remote(losses) => Some(losses.clone()),
+            Link::Process(_) => None,
+        }
+    }
+
     fn new(config: &ServerConfig, (running, list_changed, tools): Handshake, link: Link) -> Session {
         Session { peer: running.peer().clone(), tools, server: config.name.clone(), running, list_changed, link }
     }

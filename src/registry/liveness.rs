@@ -52,7 +52,8 @@ pub trait Classify {
 #[derive(Clone)]
 pub struct LossSignal(Arc<watch::Sender<Option<Loss>>>);
 
-/// The receiving side: the session waits on it.
+/// The receiving side: the session waits on it; clones see the same loss.
+#[derive(Clone)]
 pub struct Losses(watch::Receiver<Option<Loss>>);
 
 pub fn channel() -> (LossSignal, Losses) {

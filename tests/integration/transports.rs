@@ -187,16 +187,16 @@ async fn a_connection_dropped_mid_call_is_lost_and_the_server_is_reconnected() {
     let entries = [json.entry("json", &[]), framed.entry("framed", &[]), legacy.entry("legacy", &[])];
     let ptc = Ptc::start(&config(&entries, "")).await;
     let cases = [
-        (&json, "json", "the connection to server 'json' was lost: the request to http://127.0.0.1:"),
-        (&framed, "framed", "the connection to server 'framed' was lost"),
-        (&legacy, "legacy", "the connection to server 'legacy' was lost"),
+        (&json, "json", "the request to http://127.0.0.1:"),
+        (&framed, "framed", "the response stream closed before the final response"),
+        (&legacy, "legacy", "the server closed the event stream"),
     ];
-    for (fault, server, expected) in cases {
+    for (fault, server, cause) in cases {
         let dropped = ptc.outcome(&format!("mcp__{server}__drop_connection()")).await;
-        assert!(
-            dropped.starts_with(&format!("ToolError: 'mcp__{server}__drop_connection' failed: {expected}")),
-            "{dropped}"
+        let expected = format!(
+            "ToolError: 'mcp__{server}__drop_connection' failed: the connection to server '{server}' was lost: {cause}"
         );
+        assert!(dropped.starts_with(&expected), "{dropped}");
         let opened = if server == "legacy" { "stream" } else { "initialize" };
         let deadline = tokio::time::Instant::now() + RECONNECT_LIMIT;
         while fault.count(opened) < 2 && tokio::time::Instant::now() < deadline {
