@@ -16,7 +16,8 @@
 #                               machine's /etc/localtime, /etc/timezone or TZ)
 #   PTC_TEST_MEMORY_SERVER      server-memory's JS entry point, run with `node` (set
 #                               MEMORY_FILE_PATH to a temp file, or it writes into DIR/npm)
-#   PTC_TEST_EVERYTHING_SERVER  server-everything's JS entry point, run with `node` (stdio by default)
+#   PTC_TEST_EVERYTHING_SERVER  server-everything's JS entry point, run with `node` (stdio by default;
+#                               `streamableHttp` or `sse` as its argument serves HTTP on $PORT)
 set -euo pipefail
 
 # Pins, all verified together (Python 3.11, Node 20). mcp-server-time 2026.x requires mcp>=2.3,<3,

@@ -145,8 +145,17 @@ async fn shutdown_signal() {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    // rmcp's HTTP worker logs every failed connection attempt at ERROR, with the full URL (whose query may
+    // hold a secret); the registry already says why a server is unavailable, once per distinct reason. So
+    // it stays off unless RUST_LOG names it.
+    const WORKER: &str = "rmcp::transport::worker";
+    let mut directives =
+        std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| "info,rmcp=warn".to_string());
+    if !directives.contains(WORKER) {
+        directives.push_str(&format!(",{WORKER}=off"));
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,rmcp=warn,{WORKER}=off")));
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_ansi(false).init();
 }
 

@@ -205,6 +205,9 @@ impl Config {
         })?;
         config.validate()?;
         config.expand_variables(lookup)?;
+        for (i, server) in config.servers.iter().enumerate() {
+            server.validate_remote(&format!("servers[{i}] ('{}')", server.name))?;
+        }
         Ok(config)
     }
 
@@ -280,6 +283,47 @@ impl ServerConfig {
                         return Err(format!("{key}.{field}: only for transport stdio, not {transport}"));
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Headers the HTTP transports set themselves; a configured value would break the protocol.
+const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "connection",
+    "content-length",
+    "content-type",
+    "host",
+    "last-event-id",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "transfer-encoding",
+];
+
+impl ServerConfig {
+    /// Checks `url` and `headers` of an `http`/`sse` server once variables are expanded. Errors name the
+    /// header, never its value (it is usually a secret).
+    fn validate_remote(&self, key: &str) -> Result<(), String> {
+        let Some(url) = &self.url else { return Ok(()) };
+        match reqwest::Url::parse(url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {}
+            Ok(_) => return Err(format!("{key}.url: must be an http:// or https:// URL")),
+            Err(e) => return Err(format!("{key}.url: not a valid URL ({e})")),
+        }
+        for (name, value) in &self.headers {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(format!("{key}.headers: '{name}' is not a valid HTTP header name"));
+            }
+            if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                return Err(format!("{key}.headers.{name}: set by ptc-mcp itself for this transport; remove it"));
+            }
+            if reqwest::header::HeaderValue::from_str(&value.as_text()).is_err() {
+                return Err(format!(
+                    "{key}.headers.{name}: the value (after ${{VAR}} expansion) is not a valid HTTP header value \
+                     (line breaks or control characters?)"
+                ));
             }
         }
         Ok(())

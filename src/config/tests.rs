@@ -143,6 +143,26 @@ servers:
 }
 
 #[test]
+fn remote_urls_and_headers_are_checked_after_expansion_without_showing_values() {
+    let server = |url: &str, headers: &str| {
+        format!("servers:\n  - name: r\n    transport: http\n    url: \"{url}\"\n    headers: {{ {headers} }}\n")
+    };
+    let cases = [
+        (server("u", ""), "servers[0] ('r').url: not a valid URL (relative URL without a base)"),
+        (server("ftp://h/x", ""), "servers[0] ('r').url: must be an http:// or https:// URL"),
+        (server("http://h/mcp", "\"Bad Name\": x"), "servers[0] ('r').headers: 'Bad Name' is not a valid HTTP header name"),
+        (server("http://h/mcp", "Accept: x"), "servers[0] ('r').headers.Accept: set by ptc-mcp itself"),
+        (server("http://h/mcp", "X-Key: \"a\\nsecret\""), "servers[0] ('r').headers.X-Key: the value (after ${VAR} expansion) is not"),
+    ];
+    for (text, expected) in cases {
+        let err = parse(&text).unwrap_err();
+        assert!(err.starts_with(expected), "for {text:?}: got {err:?}, expected it to start with {expected:?}");
+        assert!(!err.contains("secret"), "{err}");
+    }
+    assert!(parse(&server("https://h:8443/mcp?x=1", "Authorization: \"Bearer ${INTERNAL_TOKEN}\"")).is_ok());
+}
+
+#[test]
 fn a_named_file_that_does_not_exist_is_an_error() {
     let err = Config::load(Some(Path::new("/nonexistent/ptc.yaml"))).unwrap_err();
     assert!(err.to_string().starts_with("cannot read config /nonexistent/ptc.yaml"), "{err}");

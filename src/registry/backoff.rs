@@ -21,6 +21,13 @@ impl Backoff {
         step.mul_f64(0.75 + fastrand::f64() * 0.5).min(self.cap)
     }
 
+    /// A delay at the cap (with jitter, never above it), for failures that retrying soon will not fix.
+    /// Leaves the step at the cap.
+    pub fn capped_delay(&mut self) -> Duration {
+        self.next = self.cap;
+        self.next_delay()
+    }
+
     /// Back to the first step, after a connection that worked.
     pub fn reset(&mut self) {
         self.next = self.first;
@@ -40,6 +47,13 @@ mod tests {
             let nominal = Duration::from_millis(nominal);
             assert!(*delay >= nominal.mul_f64(0.75) && *delay <= nominal.mul_f64(1.25).min(Duration::from_secs(1)));
         }
+    }
+
+    #[test]
+    fn capped_delays_jump_to_the_cap() {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+        let delay = backoff.capped_delay();
+        assert!(delay >= Duration::from_millis(7500) && delay <= Duration::from_secs(10), "{delay:?}");
     }
 
     #[test]

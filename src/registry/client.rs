@@ -1,20 +1,31 @@
-//! One MCP client session with a downstream server: the handshake (2026-07-28 discovery with a fallback
-//! to `initialize` for 2025-era servers), tool listing, and re-listing on `tools/list_changed`.
+//! One MCP client session with a downstream server, whatever its transport: the handshake (2026-07-28
+//! discovery with a fallback to `initialize` for 2025-era servers), tool listing, re-listing on
+//! `tools/list_changed`, and noticing that the connection is lost.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest, ProtocolVersion};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::transport::IntoTransport;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
 use tokio::sync::mpsc;
 
 use super::catalog::ToolEntry;
+use super::liveness::{self, Loss, Losses};
+use super::remote::Limits;
 use super::stdio::StdioProcess;
+use super::{http, sse};
 use crate::config::{ServerConfig, TransportKind};
 
 /// How long a server may take to start, shake hands and list its tools.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often an idle remote session is pinged, so that a server that went away is noticed (its tools
+/// hidden) before a program calls it. Any answer, even a JSON-RPC error, means it is there.
+const HEARTBEAT: Duration = Duration::from_secs(20);
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A re-listing after `tools/list_changed` must not stall the session (and its loss detection) for good.
+const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Our side of a downstream session: it only needs to hear about tool-list changes.
 struct Downstream {
@@ -33,6 +44,31 @@ impl ClientHandler for Downstream {
     }
 }
 
+/// What carries a session, and explains its end.
+enum Link {
+    /// A child process: its exit status and stderr say why it ended.
+    Process(StdioProcess),
+    /// An HTTP connection: its transport reports the first loss.
+    Remote(Losses),
+}
+
+impl Link {
+    async fn reason(&mut self) -> Loss {
+        match self {
+            Link::Process(process) => Loss::connection(process.exit_reason().await),
+            Link::Remote(losses) => losses.current().unwrap_or_else(|| Loss::connection("the connection closed")),
+        }
+    }
+
+    /// Resolves when the transport reports a loss; never for a process (its end closes the session).
+    async fn lost(&mut self) -> Loss {
+        match self {
+            Link::Process(_) => std::future::pending().await,
+            Link::Remote(losses) => losses.wait().await,
+        }
+    }
+}
+
 /// A connected server.
 pub struct Session {
     pub peer: Peer<RoleClient>,
@@ -40,50 +76,61 @@ pub struct Session {
     server: String,
     running: RunningService<RoleClient, Downstream>,
     list_changed: mpsc::Receiver<()>,
-    process: StdioProcess,
+    link: Link,
 }
 
-pub async fn connect(config: &ServerConfig) -> Result<Session, String> {
+pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, Loss> {
     match config.transport {
-        TransportKind::Stdio => {}
-        other => {
-            return Err(format!(
-                "transport '{}' is not supported by this build of ptc-mcp yet (only stdio)",
-                other.name()
-            ));
+        TransportKind::Stdio => {
+            let mut process = StdioProcess::spawn(config).map_err(Loss::connection)?;
+            let (Some(stdout), Some(stdin)) = (process.child.stdout.take(), process.child.stdin.take()) else {
+                return Err(Loss::connection("its stdio was not piped"));
+            };
+            match within(handshake(config, (stdout, stdin))).await {
+                Ok(handshake) => Ok(Session::new(config, handshake, Link::Process(process))),
+                Err(why) => Err(Loss::connection(format!("{why}; {}", process.exit_reason().await))),
+            }
+        }
+        TransportKind::Http | TransportKind::Sse => {
+            let (signal, losses) = liveness::channel();
+            let result = if config.transport == TransportKind::Http {
+                let transport = http::transport(config, limits, signal)?;
+                within(handshake(config, transport)).await
+            } else {
+                let opening = tokio::time::timeout(CONNECT_TIMEOUT, sse::connect(config, limits, signal));
+                let transport = opening.await.map_err(|_| Loss::connection("the event stream did not open in time"))??;
+                within(handshake(config, transport)).await
+            };
+            match result {
+                Ok(handshake) => Ok(Session::new(config, handshake, Link::Remote(losses))),
+                // The transport's own account (refused, HTTP 500, rejected credentials) beats rmcp's.
+                Err(why) => Err(losses.current().unwrap_or_else(|| Loss::connection(why))),
+            }
         }
     }
-    let mut process = StdioProcess::spawn(config)?;
-    match tokio::time::timeout(CONNECT_TIMEOUT, handshake(config, &mut process)).await {
-        Ok(Ok((running, list_changed, tools))) => Ok(Session {
-            peer: running.peer().clone(),
-            tools,
-            server: config.name.clone(),
-            running,
-            list_changed,
-            process,
-        }),
-        Ok(Err(why)) => Err(format!("{why}; {}", process.exit_reason().await)),
-        Err(_) => Err(format!(
-            "it did not finish the MCP handshake and tool listing within {}s",
-            CONNECT_TIMEOUT.as_secs()
-        )),
-    }
+}
+
+/// Bounds a handshake: a server that accepts the connection but never answers must not stall its supervisor.
+async fn within(handshake: impl Future<Output = Result<Handshake, String>>) -> Result<Handshake, String> {
+    tokio::time::timeout(CONNECT_TIMEOUT, handshake).await.unwrap_or_else(|_| {
+        Err(format!("it did not finish the MCP handshake and tool listing within {}s", CONNECT_TIMEOUT.as_secs()))
+    })
 }
 
 type Handshake = (RunningService<RoleClient, Downstream>, mpsc::Receiver<()>, Vec<Arc<ToolEntry>>);
 
-async fn handshake(config: &ServerConfig, process: &mut StdioProcess) -> Result<Handshake, String> {
-    let (Some(stdout), Some(stdin)) = (process.child.stdout.take(), process.child.stdin.take()) else {
-        return Err("its stdio was not piped".to_string());
-    };
+async fn handshake<T, E, A>(config: &ServerConfig, transport: T) -> Result<Handshake, String>
+where
+    T: IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
     let (tx, rx) = mpsc::channel(1);
     let lifecycle = ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         legacy_version: Some(ProtocolVersion::V_2025_11_25),
     };
     let running = Downstream { list_changed: tx }
-        .serve_with_lifecycle((stdout, stdin), lifecycle)
+        .serve_with_lifecycle(transport, lifecycle)
         .await
         .map_err(|e| format!("the MCP handshake failed: {e}"))?;
     let tools = list_tools(&config.name, running.peer()).await?;
@@ -95,23 +142,53 @@ async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<Too
     Ok(tools.into_iter().map(|tool| Arc::new(ToolEntry::new(server, tool))).collect())
 }
 
+async fn relist(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<ToolEntry>>, String> {
+    tokio::time::timeout(RELIST_TIMEOUT, list_tools(server, peer))
+        .await
+        .unwrap_or_else(|_| Err(format!("tools/list did not answer within {}s", RELIST_TIMEOUT.as_secs())))
+}
+
 impl Session {
+    /// What the transport reports as lost (remote sessions only), for explaining failed calls.
+    pub fn losses(&self) -> Option<Losses> {
+        match &self.link {
+            Link::Remote(losses) => Some(losses.clone()),
+            Link::Process(_) => None,
+        }
+    }
+
+    fn new(config: &ServerConfig, (running, list_changed, tools): Handshake, link: Link) -> Session {
+        Session { peer: running.peer().clone(), tools, server: config.name.clone(), running, list_changed, link }
+    }
+
     /// Serves the session until its connection is lost, re-listing tools whenever the server says they
     /// changed (`on_relist` gets the new list). Returns why the connection was lost. Errors from a healthy
-    /// server never end the session: only a lost connection does.
-    pub async fn run_until_lost(mut self, mut on_relist: impl FnMut(Vec<Arc<ToolEntry>>)) -> String {
-        let peer = self.peer.clone();
-        let mut waiting = std::pin::pin!(self.running.waiting());
+    /// server never end the session: only a lost connection does (the process or stream ended, or the
+    /// transport reported a refused connection, an HTTP 5xx, a dropped stream or rejected credentials).
+    pub async fn run_until_lost(self, mut on_relist: impl FnMut(Vec<Arc<ToolEntry>>)) -> Loss {
+        let Session { peer, server, running, mut list_changed, mut link, .. } = self;
+        let remote = matches!(link, Link::Remote(_));
+        let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        let mut waiting = std::pin::pin!(running.waiting());
         loop {
             tokio::select! {
                 _ = &mut waiting => break,
-                Some(()) = self.list_changed.recv() => match list_tools(&self.server, &peer).await {
+                loss = link.lost() => return loss,
+                _ = heartbeat.tick(), if remote => {
+                    // Only the transport's verdict matters (it reports a loss); the answer itself does not.
+                    let peer = peer.clone();
+                    tokio::spawn(async move {
+                        let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
+                        let _ = tokio::time::timeout(HEARTBEAT_TIMEOUT, ping).await;
+                    });
+                }
+                Some(()) = list_changed.recv() => match relist(&server, &peer).await {
                     Ok(tools) => on_relist(tools),
-                    Err(why) if peer.is_transport_closed() => tracing::debug!(server = %self.server, "{why}"),
-                    Err(why) => tracing::warn!(server = %self.server, "re-listing tools failed, keeping the old list: {why}"),
+                    Err(why) if peer.is_transport_closed() => tracing::debug!(server = %server, "{why}"),
+                    Err(why) => tracing::warn!(server = %server, "re-listing tools failed, keeping the old list: {why}"),
                 },
             }
         }
-        self.process.exit_reason().await
+        link.reason().await
     }
 }

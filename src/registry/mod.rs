@@ -4,7 +4,11 @@
 mod backoff;
 mod catalog;
 mod client;
+mod http;
+mod liveness;
+mod remote;
 pub mod result;
+mod sse;
 mod stdio;
 
 use std::collections::BTreeMap;
@@ -19,13 +23,15 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
+use liveness::{Loss, LossKind};
 pub use catalog::{Catalog, ToolEntry};
 
 /// The connection state of one server.
 enum ServerState {
     /// The first attempt has not finished yet.
     Connecting,
-    Up { peer: Peer<RoleClient>, tools: Vec<Arc<ToolEntry>> },
+    /// `losses` (remote transports) says why the connection was lost, for calls that fail with it.
+    Up { peer: Peer<RoleClient>, tools: Vec<Arc<ToolEntry>>, losses: Option<liveness::Losses> },
     Down { reason: String },
 }
 
@@ -36,6 +42,7 @@ struct Server {
 
 pub struct Registry {
     servers: Vec<Arc<Server>>,
+    limits: remote::Limits,
     filter: ToolFilter,
     catalog: RwLock<Arc<Catalog>>,
     /// How many servers have finished their first connection attempt (either way).
@@ -59,6 +66,7 @@ impl Registry {
                 .iter()
                 .map(|c| Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Connecting) }))
                 .collect(),
+            limits: remote::Limits::for_results(config.execution.max_tool_result_bytes),
             filter: config.tools.filter()?,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             settled: watch::Sender::new(0),
@@ -129,7 +137,7 @@ impl Registry {
         let entry = self.catalog().tools.get(name).cloned().ok_or_else(|| {
             format!("unknown tool '{name}': it is not callable now (see list_callable_tools())")
         })?;
-        let peer = self.peer(&entry.server)?;
+        let (peer, losses) = self.peer(&entry.server)?;
         let params = CallToolRequestParams::new(entry.tool.name.clone()).with_arguments(arguments);
         // Dropping the call on timeout makes rmcp send notifications/cancelled; the connection stays usable.
         let result = match tokio::time::timeout(timeout, peer.call_tool(params)).await {
@@ -139,16 +147,19 @@ impl Registry {
                     timeout.as_secs_f64()
                 ));
             }
-            Ok(Err(error)) => return Err(describe_call_error(name, &entry.server, error)),
+            Ok(Err(error)) => {
+                let loss = losses.and_then(|losses| losses.current());
+                return Err(describe_call_error(name, &entry.server, error, loss));
+            }
             Ok(Ok(result)) => result,
         };
         result::interpret(name, &result, &entry.result_shape(), max_result_bytes)
     }
 
-    fn peer(&self, server_name: &str) -> Result<Peer<RoleClient>, String> {
+    fn peer(&self, server_name: &str) -> Result<(Peer<RoleClient>, Option<liveness::Losses>), String> {
         let server = self.servers.iter().find(|s| s.config.name == server_name).expect("entries name known servers");
         match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
-            ServerState::Up { peer, .. } => Ok(peer.clone()),
+            ServerState::Up { peer, losses, .. } => Ok((peer.clone(), losses.clone())),
             ServerState::Down { reason } => Err(format!("server '{server_name}' is down: {reason}")),
             ServerState::Connecting => Err(format!("server '{server_name}' is still connecting")),
         }
@@ -183,12 +194,22 @@ impl Registry {
     }
 }
 
-fn describe_call_error(name: &str, server: &str, error: ServiceError) -> String {
+/// The `ToolError` message for a failed call. `loss` is what the session's transport reported, if
+/// anything: a call can fail with a bare "closed" while the session is torn down for that loss.
+fn describe_call_error(name: &str, server: &str, error: ServiceError, loss: Option<Loss>) -> String {
+    let lost = |loss: Option<Loss>| match loss {
+        Some(loss) if loss.kind == LossKind::Credentials => format!("'{name}' failed: {}", loss.reason),
+        Some(loss) => format!("'{name}' failed: the connection to server '{server}' was lost: {}", loss.reason),
+        None => format!("'{name}' failed: the connection to server '{server}' was lost"),
+    };
     match error {
         ServiceError::McpError(e) => format!("'{name}' failed: {} (JSON-RPC error {})", e.message, e.code.0),
-        ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
-            format!("'{name}' failed: the connection to server '{server}' was lost")
-        }
+        ServiceError::TransportSend(e) => match liveness::loss_in(&e, server) {
+            Some(own) => lost(Some(own)),
+            // Not a lost connection (e.g. an oversized or malformed response): the transport's own words.
+            None => format!("'{name}' failed: {}", e.error),
+        },
+        ServiceError::TransportClosed => lost(loss),
         ServiceError::UnexpectedResponse => format!("'{name}' failed: server '{server}' sent a malformed result"),
         other => format!("'{name}' failed: {other}"),
     }
@@ -198,31 +219,44 @@ const FIRST_RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// Connects a server, keeps its tool list current, and reconnects with capped backoff when its connection
-/// is lost — forever, without blocking anything else.
+/// is lost — forever, without blocking anything else. Rejected credentials are retried at the capped
+/// interval at once (they rarely fix themselves quickly), and a reason is logged once, not on every retry.
 async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
     let name = server.config.name.clone();
     let mut backoff = backoff::Backoff::new(FIRST_RETRY, MAX_RETRY);
     let mut first_attempt = true;
+    let mut last_logged: Option<String> = None;
     loop {
-        let reason = match client::connect(&server.config).await {
+        let loss = match client::connect(&server.config, registry.limits).await {
             Ok(session) => {
                 tracing::info!(server = %name, tools = session.tools.len(), "connected");
-                let peer = session.peer.clone();
-                registry.set_state(&server, ServerState::Up { peer: peer.clone(), tools: session.tools.clone() });
+                last_logged = None;
+                let (peer, losses) = (session.peer.clone(), session.losses());
+                let up = |tools| ServerState::Up { peer: peer.clone(), tools, losses: losses.clone() };
+                registry.set_state(&server, up(session.tools.clone()));
                 registry.mark_settled(&mut first_attempt);
                 backoff.reset();
                 session
                     .run_until_lost(|tools| {
                         tracing::info!(server = %name, tools = tools.len(), "tool list changed");
-                        registry.set_state(&server, ServerState::Up { peer: peer.clone(), tools });
+                        registry.set_state(&server, up(tools));
                     })
                     .await
             }
-            Err(reason) => reason,
+            Err(loss) => loss,
         };
-        tracing::warn!(server = %name, "unavailable: {reason}");
-        registry.set_state(&server, ServerState::Down { reason });
+        let delay = match loss.kind {
+            LossKind::Credentials => backoff.capped_delay(),
+            LossKind::Connection => backoff.next_delay(),
+        };
+        if last_logged.as_deref() == Some(loss.reason.as_str()) {
+            tracing::debug!(server = %name, "still unavailable: {}; retrying in {:.1}s", loss.reason, delay.as_secs_f64());
+        } else {
+            tracing::warn!(server = %name, "unavailable: {}; retrying in {:.1}s", loss.reason, delay.as_secs_f64());
+            last_logged = Some(loss.reason.clone());
+        }
+        registry.set_state(&server, ServerState::Down { reason: loss.reason });
         registry.mark_settled(&mut first_attempt);
-        tokio::time::sleep(backoff.next_delay()).await;
+        tokio::time::sleep(delay).await;
     }
 }

@@ -20,6 +20,8 @@ pub struct StdioProcess {
     pub child: Child,
     pgid: Option<libc::pid_t>,
     stderr_tail: Arc<Mutex<Vec<String>>>,
+    /// The task reading stderr; it ends at EOF, after the last line is in `stderr_tail`.
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl StdioProcess {
@@ -39,17 +41,24 @@ impl StdioProcess {
         let mut child = cmd.spawn().map_err(|e| format!("could not start '{command}': {e}"))?;
         let pgid = child.id().map(|pid| pid as libc::pid_t);
         let stderr_tail = Arc::new(Mutex::new(Vec::new()));
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(follow_stderr(config.name.clone(), stderr, Arc::clone(&stderr_tail)));
-        }
-        Ok(StdioProcess { child, pgid, stderr_tail })
+        let stderr_reader = child
+            .stderr
+            .take()
+            .map(|stderr| tokio::spawn(follow_stderr(config.name.clone(), stderr, Arc::clone(&stderr_tail))));
+        Ok(StdioProcess { child, pgid, stderr_tail, stderr_reader })
     }
 
     /// Why the process is gone (exit status and last stderr lines), waiting briefly for it to exit.
     pub async fn exit_reason(&mut self) -> String {
         let status = tokio::time::timeout(std::time::Duration::from_millis(500), self.child.wait()).await;
         let what = match status {
-            Ok(Ok(status)) => format!("the process exited ({status})"),
+            Ok(Ok(status)) => {
+                // Its last stderr lines may still be in the pipe: let the reader reach EOF (briefly).
+                if let Some(reader) = self.stderr_reader.take() {
+                    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), reader).await;
+                }
+                format!("the process exited ({status})")
+            }
             _ => "the connection was lost".to_string(),
         };
         match self.stderr_tail() {

@@ -9,3 +9,4 @@ mod escape;
 mod pool;
 mod registry;
 mod thirdparty;
+mod transports;

@@ -11,12 +11,8 @@ async fn ptc_with(flags: &[&str], execution: &str) -> Ptc {
     Ptc::start(&config(&[mock_server("mock", flags)], execution)).await
 }
 
-/// Runs `print(repr(await <call>))` (or the ToolError) and returns the printed line.
 async fn outcome(ptc: &Ptc, call: &str) -> String {
-    let code = format!("try:\n    print(repr(await {call}))\nexcept ToolError as e:\n    print('ToolError:', e)");
-    let run = ptc.execute(&code).await;
-    run.expect_ok();
-    run.structured()["output"].as_str().unwrap().trim_end().to_string()
+    ptc.outcome(call).await
 }
 
 #[tokio::test]

@@ -58,28 +58,38 @@ impl Ptc {
     }
 
     pub async fn start_with_env(config_text: &str, env: &[(&str, &str)]) -> Ptc {
+        Ptc::start_logging(config_text, env, None).await
+    }
+
+    /// Like [`Ptc::start_with_env`]; with `log_level`, its log goes at that level to a file that
+    /// [`Ptc::log`] reads (otherwise at `warn` to the test's stderr).
+    pub async fn start_logging(config_text: &str, env: &[(&str, &str)], log_level: Option<&str>) -> Ptc {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, config_text).unwrap();
         let workdir = dir.path().to_path_buf();
-        Ptc::launch(&path, &workdir, env, dir).await
+        Ptc::launch(&path, &workdir, env, dir, log_level).await
     }
 
     /// Starts the binary on an existing config file, in `workdir`.
     pub async fn start_from_file(config: &Path, workdir: &Path) -> Ptc {
-        Ptc::launch(config, workdir, &[], tempfile::tempdir().unwrap()).await
+        Ptc::launch(config, workdir, &[], tempfile::tempdir().unwrap(), None).await
     }
 
-    async fn launch(config: &Path, workdir: &Path, env: &[(&str, &str)], dir: TempDir) -> Ptc {
+    async fn launch(config: &Path, workdir: &Path, env: &[(&str, &str)], dir: TempDir, log_level: Option<&str>) -> Ptc {
+        let stderr = match log_level {
+            Some(_) => Stdio::from(std::fs::File::create(dir.path().join("ptc.log")).unwrap()),
+            None => Stdio::inherit(),
+        };
         let mut child = Command::new(binary())
             .arg("--config")
             .arg(config)
             .current_dir(workdir)
             .envs(env.iter().copied())
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", log_level.unwrap_or("warn"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .expect("the ptc-mcp binary starts");
@@ -110,6 +120,42 @@ impl Ptc {
         let names = serde_json::from_str(&text_block(&result, 0)).unwrap();
         let problems = result.content.get(1).and_then(|b| b.as_text()).map(|t| t.text.clone());
         (names, problems)
+    }
+
+    /// What the server logged so far (started with [`Ptc::start_logging`] and a level).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("ptc.log")).unwrap_or_default()
+    }
+
+    /// Runs `print(repr(await <call>))` (or the ToolError) and returns the printed line.
+    pub async fn outcome(&self, call: &str) -> String {
+        let code = format!("try:\n    print(repr(await {call}))\nexcept ToolError as e:\n    print('ToolError:', e)");
+        let run = self.execute(&code).await;
+        run.expect_ok();
+        run.structured()["output"].as_str().unwrap().trim_end().to_string()
+    }
+
+    /// [`Ptc::outcome`] for several calls in one program (one line each, in order).
+    pub async fn outcomes(&self, calls: &[String]) -> Vec<String> {
+        let code: String = calls
+            .iter()
+            .map(|call| format!("try:\n    print(repr(await {call}))\nexcept ToolError as e:\n    print('ToolError:', e)\n"))
+            .collect();
+        let run = self.execute(&code).await;
+        run.expect_ok();
+        run.structured()["output"].as_str().unwrap().lines().map(str::to_string).collect()
+    }
+
+    /// Polls `list_callable_tools` until the unavailable-servers block satisfies `check` (at most `limit`).
+    pub async fn wait_for_problems(&self, limit: Duration, check: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let problems = self.list_callable_tools().await.1.unwrap_or_default();
+            if check(&problems) || tokio::time::Instant::now() > deadline {
+                return problems;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Polls `list_callable_tools` until `check` holds on the names (at most `limit`).
