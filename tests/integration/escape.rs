@@ -284,6 +284,7 @@ def stat_result(path):
 def existence():
     control = stat_result('/ptc-no-such-dir/no-such-file')
     paths = ['/etc/shadow', '/etc/passwd', '/root', '/home', '/proc/1', '/var']
+    paths = [p for p in paths if p != f'/proc/{os.getpid()}']  # the program itself (docker: the runner is pid 1)
     leaks = {p: r for p in paths if not leads_to_our_files(p) and (r := stat_result(p)) != control}
     if not leaks:
         raise Blocked(f'every probe failed like a missing path ({control})')
@@ -292,13 +293,17 @@ probe(existence)
 "#);
 
 escape_attempt!(
-    /// Tolerated: parents of the interpreter's files and scratch, and an /etc holding only what the dynamic loader
-    /// and local time read.
+    /// Tolerated: parents of the interpreter's files and scratch, an /etc holding only what the dynamic loader
+    /// and local time read, and a container's own /proc (no process but the program) and empty /sys.
     listing_the_root_directory_shows_no_host_entries, under none: Escapes, r#"
 def list_root():
     entries = set(os.listdir('/'))
     host = entries & {'home', 'root', 'proc', 'sys', 'boot', 'var', 'srv', 'mnt', 'media', 'opt', 'run', 'snap'}
     host = {e for e in host if not leads_to_our_files('/' + e)}
+    if 'proc' in host and {p for p in os.listdir('/proc') if p.isdigit()} <= {str(os.getpid())}:
+        host.discard('proc')  # a container's own /proc, showing no process but the program
+    if 'sys' in host and not os.listdir('/sys'):
+        host.discard('sys')  # masked (empty)
     if 'etc' in entries and set(os.listdir('/etc')) - {'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'localtime'}:
         host.add('etc')
     if not host:
