@@ -14,6 +14,8 @@ use rmcp::ServiceExt;
 
 /// Exit status for a config that cannot be used.
 const CONFIG_ERROR: u8 = 2;
+/// How long the sandbox backend may take to clean up when the server stops.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Programmatic tool calling for any MCP client: the model writes one Python program, ptc-mcp runs it in a
 /// sandboxed interpreter where every downstream MCP tool is an async function, and only what the program
@@ -78,7 +80,11 @@ async fn check_sandbox(sandbox: &str, config: &Config) -> ExitCode {
 
 fn backend_settings(config: &Config) -> Option<BackendSettings> {
     match std::env::current_exe() {
-        Ok(helper) => Some(BackendSettings { python: config.execution.python.clone(), helper }),
+        Ok(helper) => Some(BackendSettings {
+            python: config.execution.python.clone(),
+            helper,
+            docker: config.execution.docker.clone(),
+        }),
         Err(e) => {
             eprintln!("ptc-mcp: cannot find its own executable (needed to start sandboxes): {e}");
             None
@@ -98,19 +104,22 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
         return 1;
     };
     let backend = ptc_backends::select(config.execution.sandbox, &settings);
-    let engine = Arc::new(Engine::new(backend, Arc::clone(&registry), config.execution.clone()));
+    let engine = Arc::new(Engine::new(Arc::clone(&backend), Arc::clone(&registry), config.execution.clone()));
     tokio::spawn(announce(Arc::clone(&engine), config, source));
-    let server = match PtcServer::new(registry, engine).serve(rmcp::transport::stdio()).await {
-        Ok(server) => server,
-        Err(e) => {
-            tracing::info!("no MCP session: {e}");
-            return 0;
+    match PtcServer::new(registry, engine).serve(rmcp::transport::stdio()).await {
+        Ok(server) => {
+            tokio::select! {
+                _ = server.waiting() => {}
+                _ = shutdown_signal() => {}
+            }
         }
-    };
-    tokio::select! {
-        _ = server.waiting() => 0,
-        _ = shutdown_signal() => 0,
+        Err(e) => tracing::info!("no MCP session: {e}"),
     }
+    // Runs still going are abandoned with the process; what the backend keeps outside it goes now.
+    if tokio::time::timeout(SHUTDOWN_GRACE, backend.shutdown()).await.is_err() {
+        tracing::warn!("the sandbox backend did not shut down within {}s", SHUTDOWN_GRACE.as_secs());
+    }
+    0
 }
 
 /// The one start-up line: version, sandbox and its availability, configured servers.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
-pub use ptc_backends::{Limits, SandboxKind};
+pub use ptc_backends::{DockerSettings, Limits, SandboxKind};
 use serde::Deserialize;
 
 use crate::naming::identifier_part;
@@ -133,6 +133,8 @@ pub struct ExecutionConfig {
     pub trace: TraceMode,
     pub max_tool_result_bytes: usize,
     pub limits: Limits,
+    /// The `docker` backend: engine, image and container limits.
+    pub docker: DockerSettings,
 }
 
 impl Default for ExecutionConfig {
@@ -148,6 +150,7 @@ impl Default for ExecutionConfig {
             trace: TraceMode::Summary,
             max_tool_result_bytes: 16 * 1024 * 1024,
             limits: Limits::default(),
+            docker: DockerSettings::default(),
         }
     }
 }
@@ -349,7 +352,7 @@ impl ExecutionConfig {
         if self.python.trim().is_empty() {
             return Err("execution.python: must name an interpreter (e.g. python3)".to_string());
         }
-        Ok(())
+        self.docker.validate().map_err(|e| format!("execution.docker.{e}"))
     }
 }
 
