@@ -18,10 +18,8 @@ program unconfined. Stdlib only (ctypes); `confine(limits)` is called by the lin
 
 
 def confine(limits):
-    import ctypes
     import errno
     import os
-    import resource
     import struct
     import sys
 
@@ -29,6 +27,12 @@ def confine(limits):
         sys.stderr.write(f"ptc-docker: cannot confine the interpreter: {why}\n")
         sys.stderr.flush()
         os._exit(70)
+
+    try:
+        import ctypes
+        import resource
+    except ImportError as e:
+        fail(f"the image's Python lacks a standard module: {e}")
 
     for name in list(os.environ):
         if name not in ("HOME", "TMPDIR"):

@@ -57,6 +57,9 @@ struct ImagePython {
     executable: String,
     version: String,
     machine: String,
+    /// Whether runs mask /etc (the interpreter starts without it).
+    #[serde(default)]
+    hide_etc: bool,
 }
 
 impl DockerBackend {
@@ -120,32 +123,18 @@ impl DockerBackend {
             }
             Err(e) => return Err(format!("cannot inspect image '{image}': {e}")),
         }
-        let limits = Limits::default();
-        let source = confined_source(&limits, rlimits::cpu_seconds(PROBE_TIMEOUT), PROBE_SCRIPT);
-        let command = vec!["python3".to_string(), "-I".into(), "-S".into(), "-c".into(), source];
-        let mut runner = self.start(docker, &limits, command).await.map_err(|e| match e {
-            StartError::Start(message) if message.contains("executable file not found") || message.contains("no such file") => format!(
-                "image '{image}' has no python3 on its PATH; use an image with CPython {}.{} or later, such as {}",
-                MIN_VERSION.0,
-                MIN_VERSION.1,
-                spec::DEFAULT_IMAGE
-            ),
-            other => other.to_string(),
-        })?;
-        let mut stdout = String::new();
-        use tokio::io::AsyncReadExt;
-        let read = tokio::time::timeout(PROBE_TIMEOUT, runner.from_runner.read_to_string(&mut stdout)).await;
-        let exit = runner.control.wait().await;
-        let stderr = runner.control.stderr_tail();
-        runner.control.kill().await;
-        let found: ImagePython = match (read, serde_json::from_str(stdout.trim())) {
-            (Ok(Ok(_)), Ok(found)) => found,
-            _ => {
-                return Err(format!(
-                    "python3 in image '{image}' could not start confined ({exit}): {}",
-                    if stderr.trim().is_empty() { stdout.trim() } else { stderr.trim() }
-                ));
-            }
+        // Without /etc if the interpreter starts that way; an image whose interpreter needs it (its loader
+        // reading /etc/ld.so.cache) keeps it and runs degraded.
+        let hidden = self.run_probe(docker, true).await;
+        let (found, hide_etc) = match hidden {
+            Ok(found) => (found, true),
+            Err(hidden_error) => match self.run_probe(docker, false).await {
+                Ok(found) => {
+                    tracing::info!("python3 in image '{image}' needs /etc: {hidden_error}");
+                    (found, false)
+                }
+                Err(e) => return Err(e),
+            },
         };
         let parsed = found.version.split('.').take(2).map(|n| n.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
         if parsed.len() < 2 || (parsed[0], parsed[1]) < MIN_VERSION {
@@ -154,7 +143,41 @@ impl DockerBackend {
                 found.version, MIN_VERSION.0, MIN_VERSION.1
             ));
         }
-        Ok(found)
+        Ok(ImagePython { hide_etc, ..found })
+    }
+
+    /// Runs the probe script, confined, in a container built like a run's.
+    async fn run_probe(&self, docker: &Docker, hide_etc: bool) -> Result<ImagePython, String> {
+        let image = &self.settings.image;
+        let limits = Limits::default();
+        let source = confined_source(&limits, rlimits::cpu_seconds(PROBE_TIMEOUT), PROBE_SCRIPT);
+        let command = vec!["python3".to_string(), "-I".into(), "-S".into(), "-c".into(), source];
+        let mut runner = self.start(docker, &limits, command, hide_etc).await.map_err(|e| match e {
+            StartError::Start(message)
+                if message.contains("executable file not found") || message.contains("no such file") =>
+            {
+                format!(
+                    "image '{image}' has no python3 on its PATH; use an image with CPython {}.{} or later, such as {}",
+                    MIN_VERSION.0,
+                    MIN_VERSION.1,
+                    spec::DEFAULT_IMAGE
+                )
+            }
+            other => other.to_string(),
+        })?;
+        let mut stdout = String::new();
+        use tokio::io::AsyncReadExt;
+        let read = tokio::time::timeout(PROBE_TIMEOUT, runner.from_runner.read_to_string(&mut stdout)).await;
+        let exit = runner.control.wait().await;
+        let stderr = runner.control.stderr_tail();
+        runner.control.kill().await;
+        match (read, serde_json::from_str(stdout.trim())) {
+            (Ok(Ok(_)), Ok(found)) => Ok(found),
+            _ => Err(format!(
+                "python3 in image '{image}' could not start confined ({exit}): {}",
+                if stderr.trim().is_empty() { stdout.trim() } else { stderr.trim() }
+            )),
+        }
     }
 
     async fn image_python(&self) -> Result<&ImagePython, String> {
@@ -162,8 +185,14 @@ impl DockerBackend {
     }
 
     /// Creates, attaches and starts one container running `command`.
-    async fn start(&self, docker: &Docker, limits: &Limits, command: Vec<String>) -> Result<RunnerProcess, StartError> {
-        let body = container_body(&self.settings, limits, command, &self.instance);
+    async fn start(
+        &self,
+        docker: &Docker,
+        limits: &Limits,
+        command: Vec<String>,
+        hide_etc: bool,
+    ) -> Result<RunnerProcess, StartError> {
+        let body = container_body(&self.settings, limits, command, &self.instance, hide_etc);
         let created = docker
             .create_container(None::<CreateContainerOptions>, body)
             .await
@@ -203,26 +232,39 @@ impl SandboxBackend for DockerBackend {
     }
 
     async fn probe(&self) -> Availability {
-        match self.image_python().await {
-            Ok(python) => Availability::Available {
-                detail: format!(
-                    "one container per run from image '{}' on {} (python {} at {}, {}): no network, read-only \
-                     root, {} MiB tmpfs scratch, no capabilities, no-new-privileges, uid {}, memory {} MiB, \
-                     pids {}, cpus {}, seccomp (no sockets, processes, exec, ptrace, namespaces) and rlimits; the \
-                     runner is the container's only process",
-                    self.settings.image,
-                    self.engine_name(),
-                    python.version,
-                    python.executable,
-                    python.machine,
-                    self.settings.scratch_mb(&Limits::default()),
-                    spec::USER.split(':').next().unwrap_or_default(),
-                    self.settings.memory_mb(&Limits::default()),
-                    self.settings.pids,
-                    self.settings.cpus,
-                ),
-            },
-            Err(reason) => Availability::Unavailable { reason },
+        let python = match self.image_python().await {
+            Ok(python) => python,
+            Err(reason) => return Availability::Unavailable { reason },
+        };
+        let limits = Limits::default();
+        let detail = format!(
+            "one container per run from image '{}' on {} (python {} at {}, {}): no network, read-only root{}, \
+             {} MiB tmpfs scratch, no capabilities, no-new-privileges, uid {}, memory {} MiB, pids {}, cpus {}, \
+             seccomp (no sockets, processes, exec, ptrace, namespaces) and rlimits; the runner is the container's \
+             only process",
+            self.settings.image,
+            self.engine_name(),
+            python.version,
+            python.executable,
+            python.machine,
+            if python.hide_etc { ", /etc and /sys hidden" } else { ", /sys hidden" },
+            self.settings.scratch_mb(&limits),
+            spec::USER.split(':').next().unwrap_or_default(),
+            self.settings.memory_mb(&limits),
+            self.settings.pids,
+            self.settings.cpus,
+        );
+        if python.hide_etc {
+            Availability::Available { detail }
+        } else {
+            Availability::Degraded {
+                detail,
+                missing: "a hidden /etc: the image's python3 does not start without it (e.g. its libraries are \
+                          found through /etc/ld.so.cache), so programs can read the image's /etc and the \
+                          /etc/hostname Docker adds; use an image whose interpreter finds its libraries without \
+                          /etc, e.g. one built by ci/docker-setup.sh"
+                    .to_string(),
+            }
         }
     }
 
@@ -230,7 +272,7 @@ impl SandboxBackend for DockerBackend {
         let python = self.image_python().await.map_err(Self::unavailable)?;
         let docker = self.docker().await.map_err(Self::unavailable)?;
         let command = runner_command(&python.executable, request);
-        self.start(docker, &request.limits, command)
+        self.start(docker, &request.limits, command, python.hide_etc)
             .await
             .map_err(|e| SpawnError::Start { program: format!("a container of {}", self.settings.image), source: std::io::Error::other(e.to_string()) })
     }

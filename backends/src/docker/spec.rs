@@ -81,7 +81,8 @@ pub const USER: &str = "65534:65534";
 pub const LABEL: &str = "ptc-mcp.server";
 /// The container's host name (the kernel's and /etc/hostname): tells programs nothing.
 const HOSTNAME: &str = "sandbox";
-/// Docker's default masked paths (replaced, not extended, by a `MaskedPaths` list), plus all of /sys.
+/// Docker's default masked paths (replaced, not extended, by a `MaskedPaths` list), plus all of /sys. A
+/// masked directory is an empty read-only tmpfs, a masked file reads as /dev/null.
 const MASKED_PATHS: &[&str] = &[
     "/proc/asound",
     "/proc/acpi",
@@ -120,12 +121,15 @@ pub fn runner_command(python: &str, request: &SpawnRequest) -> Vec<String> {
 /// The container for one runner: `command` in a fresh container of the image, with stdin/stdout/stderr
 /// attached (no TTY), no network, a read-only root, a size-limited tmpfs as scratch and working directory,
 /// no capabilities, no-new-privileges, a non-root user, memory, pids and CPU limits, no IPC namespace
-/// shared or /dev/shm, /sys masked, no logs kept, and removed by the engine as soon as it exits.
+/// shared or /dev/shm, /sys masked, no logs kept, and removed by the engine as soon as it exits. With
+/// `hide_etc`, /etc is masked too (the image's files and the /etc/hostname Docker adds): the probe finds
+/// out whether the image's interpreter starts without it (it may need /etc/ld.so.cache).
 pub fn container_body(
     settings: &DockerSettings,
     limits: &Limits,
     command: Vec<String>,
     instance: &str,
+    hide_etc: bool,
 ) -> ContainerCreateBody {
     const MIB: i64 = 1024 * 1024;
     let memory = i64::try_from(settings.memory_mb(limits)).unwrap_or(i64::MAX / MIB).saturating_mul(MIB);
@@ -156,7 +160,9 @@ pub fn container_body(
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             ipc_mode: Some("none".to_string()),
-            masked_paths: Some(MASKED_PATHS.iter().map(|p| p.to_string()).collect()),
+            masked_paths: Some(
+                MASKED_PATHS.iter().chain(hide_etc.then_some(&"/etc")).map(|p| p.to_string()).collect(),
+            ),
             memory: Some(memory),
             memory_swap: Some(memory),
             pids_limit: Some(i64::try_from(settings.pids).unwrap_or(i64::MAX)),
@@ -184,7 +190,7 @@ mod tests {
     #[test]
     fn the_container_is_locked_down() {
         let settings = DockerSettings::default();
-        let body = container_body(&settings, &Limits::default(), vec!["python3".into()], "inst-1");
+        let body = container_body(&settings, &Limits::default(), vec!["python3".into()], "inst-1", true);
         let host = body.host_config.clone().unwrap();
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(body.network_disabled, Some(true));
@@ -193,7 +199,11 @@ mod tests {
         assert_eq!(host.security_opt, Some(vec!["no-new-privileges".to_string()]));
         assert_eq!(host.privileged, Some(false));
         assert_eq!(host.ipc_mode.as_deref(), Some("none"));
-        assert!(host.masked_paths.unwrap().contains(&"/sys".to_string()));
+        let masked = host.masked_paths.unwrap();
+        assert!(masked.contains(&"/sys".to_string()) && masked.contains(&"/etc".to_string()));
+        assert!(masked.contains(&"/proc/kcore".to_string()), "Docker's own list is kept");
+        let shown = container_body(&settings, &Limits::default(), vec![], "i", false).host_config.unwrap();
+        assert!(!shown.masked_paths.unwrap().contains(&"/etc".to_string()));
         assert_eq!(body.user.as_deref(), Some(USER));
         assert!(!USER.starts_with("0:") && !USER.starts_with("root"));
         // Nothing from the host: no binds, no volumes, no devices, no docker socket.
@@ -206,7 +216,7 @@ mod tests {
 
     #[test]
     fn stdio_is_attached_without_a_tty_and_the_engine_removes_the_container() {
-        let body = container_body(&DockerSettings::default(), &Limits::default(), vec![], "i");
+        let body = container_body(&DockerSettings::default(), &Limits::default(), vec![], "i", true);
         assert_eq!(
             (body.attach_stdin, body.attach_stdout, body.attach_stderr, body.open_stdin, body.stdin_once, body.tty),
             (Some(true), Some(true), Some(true), Some(true), Some(true), Some(false))
@@ -220,7 +230,7 @@ mod tests {
     #[test]
     fn limits_default_from_execution_limits() {
         let limits = Limits { memory_mb: 512, scratch_mb: 100, ..Limits::default() };
-        let body = container_body(&DockerSettings::default(), &limits, vec![], "i");
+        let body = container_body(&DockerSettings::default(), &limits, vec![], "i", true);
         let host = body.host_config.unwrap();
         assert_eq!(host.memory, Some(612 * 1024 * 1024), "memory holds the scratch tmpfs too");
         assert_eq!(host.memory_swap, host.memory, "no swap");
@@ -232,7 +242,7 @@ mod tests {
     #[test]
     fn docker_keys_override_the_defaults() {
         let settings = DockerSettings { memory_mb: Some(300), pids: 16, cpus: 0.5, scratch_mb: Some(8), ..Default::default() };
-        let host = container_body(&settings, &Limits::default(), vec![], "i").host_config.unwrap();
+        let host = container_body(&settings, &Limits::default(), vec![], "i", true).host_config.unwrap();
         assert_eq!(host.memory, Some(300 * 1024 * 1024));
         assert_eq!(host.pids_limit, Some(16));
         assert_eq!(host.nano_cpus, Some(500_000_000));
