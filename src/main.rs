@@ -28,7 +28,8 @@ struct Cli {
     config: Option<PathBuf>,
 
     /// Check whether a sandbox (auto, seatbelt, landlock, docker or none) can run programs here, print what
-    /// it enforces or why not, and exit (status 0 when it can). Uses execution.python from the config.
+    /// it enforces or why not, and exit (status 0 when it can). Uses execution.python and execution.docker
+    /// from the config.
     #[arg(long, value_name = "SANDBOX")]
     check_sandbox: Option<String>,
 }
