@@ -99,9 +99,12 @@ mapfile -t libs < <(libraries "$executable" "${objects[@]}" | sort -u)
 for lib in "${libs[@]}"; do
     copy_library "$lib"
 done
-# The loader by the path programs name (/lib64/ld-linux-x86-64.so.2 is a link on most systems).
-loader=$(readelf -l "$executable" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
-if [[ -n $loader ]]; then copy_library "$loader"; fi
+# The loader by the path programs name (/lib64/ld-linux-x86-64.so.2 is a link on most systems); ldd
+# lists it too, readelf is only a second opinion.
+if command -v readelf >/dev/null 2>&1; then
+    loader=$(readelf -l "$executable" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
+    if [[ -n $loader ]]; then copy_library "$loader"; fi
+fi
 if [[ -d /usr/share/zoneinfo ]]; then copy /usr/share/zoneinfo; fi
 
 # What the image is made of (before stripping, which changes every file's time).
@@ -115,11 +118,11 @@ fi
 mkdir -p "$root/usr/local/bin"
 [[ -e $root/usr/local/bin/python3 ]] || ln -s "$executable" "$root/usr/local/bin/python3"
 
-# Everything owned by root; directories traversable by anyone (a home like /root is 0700 on the host).
 if [[ $("$docker" image inspect --format '{{index .Config.Labels "ptc-mcp.inputs"}}' "$image" 2>/dev/null) == "$digest" ]]; then
     log "image $image is up to date (inputs $digest)"
 else
     log "building $image from $executable (Python $version) and $((${#libs[@]})) shared libraries"
+    # Everything owned by root; directories traversable by anyone (a home like /root is 0700 on the host).
     tar -C "$root" -c --owner=0 --group=0 --numeric-owner --mode='u+w,go-w,a+rX' --sort=name . \
         | "$docker" import \
             --change 'CMD ["/usr/local/bin/python3"]' \
