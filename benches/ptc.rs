@@ -1,7 +1,8 @@
 //! Benchmarks of ptc-mcp against floors measured in the same run (`cargo bench --bench ptc`, or
 //! `ci/bench.sh`). Each figure is reported beside its baseline and the ratio; nothing here fails on a slow
 //! machine. Runs once per sandbox backend that is available here (`PTC_BENCH_SANDBOXES`, default
-//! `none,landlock`).
+//! `none,landlock`; `docker` uses the image from ci/docker-setup.sh), then compares each one's per-run
+//! start-up with `none`'s.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -32,10 +33,22 @@ fn mock_entry() -> String {
     )
 }
 
+/// `execution` keys a sandbox needs here: for `docker`, the runner image ci/docker-setup.sh builds
+/// (`PTC_BENCH_DOCKER_IMAGE`, default `ptc-mcp-runner:local`).
+fn sandbox_keys(sandbox: &str) -> String {
+    match sandbox {
+        "docker" => format!(
+            "  docker:\n    image: {}\n",
+            std::env::var("PTC_BENCH_DOCKER_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:local".to_string())
+        ),
+        _ => String::new(),
+    }
+}
+
 async fn start(sandbox: &str, execution: &str) -> (Server, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
-    let text = format!("servers:\n{}execution:\n  sandbox: {sandbox}\n{execution}", mock_entry());
+    let text = format!("servers:\n{}execution:\n  sandbox: {sandbox}\n{}{execution}", mock_entry(), sandbox_keys(sandbox));
     std::fs::write(&config, text).unwrap();
     let started = Instant::now();
     let mut command = Command::new(BINARY);
@@ -98,6 +111,27 @@ async fn bare_interpreter_start() -> Duration {
     percentile(&mut samples, 0.5)
 }
 
+/// Median time of the Docker CLI running the same import in a throwaway container of the bench's image (no
+/// network, no logs): the floor of a run in the `docker` sandbox. `None` without the CLI.
+async fn bare_docker_run() -> Option<Duration> {
+    let image = std::env::var("PTC_BENCH_DOCKER_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:local".to_string());
+    let mut samples = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let status = Command::new("docker")
+            .args(["run", "--rm", "--network", "none", "--log-driver", "none", &image])
+            .args(["python3", "-I", "-S", "-c", "import asyncio, json; print(1)"])
+            .output()
+            .await
+            .ok()?;
+        if !status.status.success() {
+            return None;
+        }
+        samples.push(started.elapsed());
+    }
+    Some(percentile(&mut samples, 0.5))
+}
+
 /// Direct calls to the mock server, without ptc-mcp: the floor for per-call overhead.
 async fn direct_calls(count: usize) -> Duration {
     let mut command = Command::new("python3");
@@ -111,17 +145,19 @@ async fn direct_calls(count: usize) -> Duration {
     started.elapsed()
 }
 
-async fn bench_backend(sandbox: &str) {
+/// Benchmarks one sandbox; returns its median `print(1)` run without a pool, for the comparison with `none`.
+async fn bench_backend(sandbox: &str) -> Option<Duration> {
     let (server, cold_start) = start(sandbox, "  timeout_seconds: 60\n  max_tool_calls: 1000\n").await;
     let probe = server.execute("print(1)").await;
     if probe["ok"] != json!(true) {
         println!("\n{sandbox}: unavailable here ({}), skipped", probe["error"]);
-        return;
+        return None;
     }
     let (idle_rss, _) = server.memory();
     println!("\n### sandbox: {sandbox}\n\n| measure | ptc-mcp | baseline | ratio |\n|---|---|---|---|");
 
     let floor = bare_interpreter_start().await;
+    let mut cold_p50 = Duration::ZERO;
     for (label, pool_size) in [("pool on", 2), ("pool off", 0)] {
         let (server, _) = start(sandbox, &format!("  pool_size: {pool_size}\n")).await;
         server.execute("print(1)").await;
@@ -135,9 +171,19 @@ async fn bench_backend(sandbox: &str) {
         }
         let p50 = percentile(&mut samples, 0.5);
         let p95 = percentile(&mut samples, 0.95);
+        if pool_size == 0 {
+            cold_p50 = p50;
+        }
         let baseline = format!("{} (bare interpreter start + asyncio import)", ms(floor));
         row(&format!("execute `print(1)` p50, {label}"), ms(p50), baseline, p50.as_secs_f64() / floor.as_secs_f64());
         row(&format!("execute `print(1)` p95, {label}"), ms(p95), ms(floor), p95.as_secs_f64() / floor.as_secs_f64());
+        if sandbox == "docker"
+            && pool_size == 0
+            && let Some(docker_floor) = bare_docker_run().await
+        {
+            let baseline = format!("{} (`docker run --rm` of the image, same import)", ms(docker_floor));
+            row("execute `print(1)` p50, pool off", ms(p50), baseline, p50.as_secs_f64() / docker_floor.as_secs_f64());
+        }
     }
 
     let calls = 500;
@@ -179,13 +225,24 @@ async fn bench_backend(sandbox: &str) {
     row("server RSS idle", format!("{idle_rss:.1} MiB"), "-".into(), 1.0);
     row("server RSS peak (after the 8 MiB result)", format!("{peak_rss:.1} MiB"), "8 MiB result".into(), peak_rss / 8.0);
     row("cold start to initialize answered", ms(cold_start), "-".into(), 1.0);
+    Some(cold_p50)
 }
 
 #[tokio::main]
 async fn main() {
     let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
     println!("# ptc-mcp benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let mut medians = Vec::new();
     for sandbox in sandboxes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        bench_backend(sandbox).await;
+        if let Some(p50) = bench_backend(sandbox).await {
+            medians.push((sandbox.to_string(), p50));
+        }
+    }
+    // What a sandbox adds to every run (its cold start), against `none` measured in the same run.
+    if let Some((_, none)) = medians.iter().find(|(s, _)| s == "none").cloned() {
+        println!("\n### per-run start-up against none (pool off)\n\n| sandbox | execute `print(1)` p50 | none p50 | added per run |\n|---|---|---|---|");
+        for (sandbox, p50) in medians.iter().filter(|(s, _)| s != "none") {
+            println!("| {sandbox} | {} | {} | {} |", ms(*p50), ms(none), ms(p50.saturating_sub(none)));
+        }
     }
 }

@@ -14,6 +14,8 @@ use rmcp::ServiceExt;
 
 /// Exit status for a config that cannot be used.
 const CONFIG_ERROR: u8 = 2;
+/// How long the sandbox backend may take to clean up when the server stops.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Programmatic tool calling for any MCP client: the model writes one Python program, ptc-mcp runs it in a
 /// sandboxed interpreter where every downstream MCP tool is an async function, and only what the program
@@ -26,7 +28,8 @@ struct Cli {
     config: Option<PathBuf>,
 
     /// Check whether a sandbox (auto, seatbelt, landlock, docker or none) can run programs here, print what
-    /// it enforces or why not, and exit (status 0 when it can). Uses execution.python from the config.
+    /// it enforces or why not, and exit (status 0 when it can). Uses execution.python and execution.docker
+    /// from the config.
     #[arg(long, value_name = "SANDBOX")]
     check_sandbox: Option<String>,
 }
@@ -78,7 +81,11 @@ async fn check_sandbox(sandbox: &str, config: &Config) -> ExitCode {
 
 fn backend_settings(config: &Config) -> Option<BackendSettings> {
     match std::env::current_exe() {
-        Ok(helper) => Some(BackendSettings { python: config.execution.python.clone(), helper }),
+        Ok(helper) => Some(BackendSettings {
+            python: config.execution.python.clone(),
+            helper,
+            docker: config.execution.docker.clone(),
+        }),
         Err(e) => {
             eprintln!("ptc-mcp: cannot find its own executable (needed to start sandboxes): {e}");
             None
@@ -113,7 +120,11 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
         },
         _ = shutdown_signal() => {}
     }
-    engine.shutdown();
+    // Runs still going are abandoned with the process; ready runners and what the backend keeps outside the
+    // process go now.
+    if tokio::time::timeout(SHUTDOWN_GRACE, engine.shutdown()).await.is_err() {
+        tracing::warn!("the sandbox backend did not shut down within {}s", SHUTDOWN_GRACE.as_secs());
+    }
     0
 }
 

@@ -4,6 +4,7 @@
 //! Python, embedded in the binary) and its line protocol are the same everywhere. The server picks one
 //! backend from `execution.sandbox` with [`select`] and refuses runs while it is unavailable.
 
+mod docker;
 mod host;
 mod kind;
 mod landlock;
@@ -13,7 +14,6 @@ pub mod protocol;
 mod python;
 mod rlimits;
 mod seatbelt;
-mod unbuilt;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -23,13 +23,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+pub use docker::{DockerBackend, DockerSettings};
 pub use kind::SandboxKind;
 pub use landlock::LandlockBackend;
 pub use limits::Limits;
 pub use none::NoneBackend;
 pub use seatbelt::SeatbeltBackend;
 pub use python::{Python, PythonError, resolve_python};
-pub use unbuilt::UnbuiltBackend;
 
 /// What a backend can do on this machine right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +129,9 @@ pub trait SandboxBackend: Send + Sync {
     async fn probe(&self) -> Availability;
     /// Starts one runner for one run.
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError>;
+    /// Releases what outlives single runs (the `docker` backend removes its containers). Called once when
+    /// the server stops; runners still running are killed.
+    async fn shutdown(&self) {}
 }
 
 /// Settings every backend may need, from `execution` in the config.
@@ -138,6 +141,8 @@ pub struct BackendSettings {
     pub python: String,
     /// The `ptc-mcp` binary, which backends re-execute as their confining helper.
     pub helper: PathBuf,
+    /// `execution.docker`.
+    pub docker: DockerSettings,
 }
 
 /// Builds the backend for a configured kind. `auto` resolves to the OS's real sandbox, never to `none`.
@@ -146,7 +151,8 @@ pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxB
         SandboxKind::None => Arc::new(NoneBackend::new(settings.python.clone())),
         SandboxKind::Landlock => Arc::new(LandlockBackend::new(settings.python.clone(), settings.helper.clone())),
         SandboxKind::Seatbelt => Arc::new(SeatbeltBackend::new(settings.python.clone())),
-        other => Arc::new(UnbuiltBackend::new(other)),
+        SandboxKind::Docker => Arc::new(DockerBackend::new(settings.docker.clone())),
+        SandboxKind::Auto => unreachable!("resolve_auto never returns auto"),
     }
 }
 

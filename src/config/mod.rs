@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
-pub use ptc_backends::{Limits, SandboxKind};
+pub use ptc_backends::{DockerSettings, Limits, SandboxKind};
 use serde::Deserialize;
 
 use crate::naming::identifier_part;
@@ -135,6 +135,8 @@ pub struct ExecutionConfig {
     pub limits: Limits,
     /// Runners kept started and ready for the next programs; 0 starts one per run.
     pub pool_size: usize,
+    /// The `docker` backend: engine, image and container limits.
+    pub docker: DockerSettings,
 }
 
 impl Default for ExecutionConfig {
@@ -151,6 +153,7 @@ impl Default for ExecutionConfig {
             max_tool_result_bytes: 16 * 1024 * 1024,
             limits: Limits::default(),
             pool_size: 2,
+            docker: DockerSettings::default(),
         }
     }
 }
@@ -399,7 +402,7 @@ impl ExecutionConfig {
         if self.python.trim().is_empty() {
             return Err("execution.python: must name an interpreter (e.g. python3)".to_string());
         }
-        Ok(())
+        self.docker.validate().map_err(|e| format!("execution.docker.{e}"))
     }
 }
 

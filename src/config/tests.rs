@@ -69,7 +69,21 @@ fn an_empty_document_gives_the_seed_defaults() {
         assert_eq!(e.max_tool_result_bytes, 16_777_216);
         assert_eq!(e.limits, Limits { memory_mb: 1024, scratch_mb: 256, open_files: 256, file_size_mb: 64 });
         assert_eq!(e.pool_size, 2);
+        assert_eq!(e.docker, DockerSettings::default());
+        assert_eq!((e.docker.image.as_str(), e.docker.host.as_deref()), ("python:3.12-slim", None));
+        assert_eq!((e.docker.memory_mb(&e.limits), e.docker.scratch_mb(&e.limits)), (1024 + 256, 256));
     }
+}
+
+#[test]
+fn docker_keys_parse_and_override_the_limits_they_default_from() {
+    let text = "execution:\n  sandbox: docker\n  docker:\n    image: ptc-mcp-runner:local\n    host: tcp://10.0.0.5:2375\n    \
+                memory_mb: 512\n    pids: 32\n    cpus: 1.5\n    scratch_mb: 64\n";
+    let e = parse(text).unwrap().execution;
+    assert_eq!(e.sandbox, SandboxKind::Docker);
+    let d = &e.docker;
+    assert_eq!((d.image.as_str(), d.host.as_deref()), ("ptc-mcp-runner:local", Some("tcp://10.0.0.5:2375")));
+    assert_eq!((d.memory_mb(&e.limits), d.pids, d.cpus, d.scratch_mb(&e.limits)), (512, 32, 1.5, 64));
 }
 
 #[test]
@@ -84,6 +98,12 @@ fn errors_name_the_key_and_what_is_expected() {
         ("execution:\n  limits:\n    disk: 1\n", "execution.limits.disk: unknown field `disk`"),
         ("execution:\n  sandbox: jail\n", "execution.sandbox: unknown variant `jail`"),
         ("execution:\n  pool_size: 65\n", "execution.pool_size: at most 64 ready runners"),
+        ("execution:\n  docker:\n    socket: x\n", "execution.docker.socket: unknown field `socket`"),
+        ("execution:\n  docker:\n    image: ''\n", "execution.docker.image: must name an image"),
+        ("execution:\n  docker:\n    host: ssh://box\n", "execution.docker.host: 'ssh://box' is not unix://PATH"),
+        ("execution:\n  docker:\n    cpus: 0\n", "execution.docker.cpus: must be between 0.01 and 1024"),
+        ("execution:\n  docker:\n    pids: 1\n", "execution.docker.pids: must be at least 8"),
+        ("execution:\n  docker:\n    memory_mb: 1\n", "execution.docker.memory_mb: must be at least 16"),
         ("execution:\n  trace: full\n", "execution.trace: unknown variant `full`"),
         ("servers:\n  - name: a\n    transport: stdio\n", "servers[0] ('a').command: required for transport stdio"),
         ("servers:\n  - name: a\n    transport: http\n", "servers[0] ('a').url: required for transport http"),

@@ -59,9 +59,11 @@ impl Engine {
             .await
     }
 
-    /// Kills the runners waiting in the pool (at shutdown: nothing outlives the server).
-    pub fn shutdown(&self) {
+    /// At shutdown: kills the runners waiting in the pool and lets the backend remove what it keeps outside
+    /// this process, so that nothing outlives the server.
+    pub async fn shutdown(&self) {
         self.pool.close();
+        self.backend.shutdown().await;
     }
 
     /// Runs `code` to the end, a failure, the time limit, or `cancel`.

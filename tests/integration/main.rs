@@ -4,6 +4,7 @@
 mod common;
 
 mod cli;
+mod docker;
 mod execute;
 mod escape;
 mod pool;

@@ -36,7 +36,20 @@ pub fn mock_server(name: &str, flags: &[&str]) -> String {
 /// A config with these server entries (already YAML list items) and extra `execution` keys.
 pub fn config(servers: &[String], execution: &str) -> String {
     let servers = if servers.is_empty() { "servers: []\n".to_string() } else { format!("servers:\n{}", servers.concat()) };
-    format!("{servers}execution:\n  sandbox: {}\n{execution}", sandbox_under_test())
+    format!("{servers}execution:\n  sandbox: {}\n{}{execution}", sandbox_under_test(), sandbox_keys())
+}
+
+/// `execution` keys the sandbox under test needs here: for `docker`, the runner image that
+/// ci/docker-setup.sh builds (`PTC_TEST_DOCKER_IMAGE`, default `ptc-mcp-runner:local`).
+pub fn sandbox_keys() -> String {
+    match sandbox_under_test().as_str() {
+        "docker" => format!("  docker:\n    image: {}\n", docker_image()),
+        _ => String::new(),
+    }
+}
+
+pub fn docker_image() -> String {
+    std::env::var("PTC_TEST_DOCKER_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:local".to_string())
 }
 
 /// The sandbox the suite runs programs in: `PTC_TEST_SANDBOX`, default `none`.

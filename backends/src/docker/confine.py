@@ -1,0 +1,190 @@
+"""ptc-mcp docker prologue: confines the interpreter inside its container, then the runner source follows.
+
+The container already has no network, a read-only root, no capabilities, no_new_privs, a non-root user,
+cgroup limits and Docker's own seccomp profile. What a container cannot express is added here, in the
+interpreter itself before any program exists (single-threaded: the runner starts its threads later):
+* an empty environment: Docker always sets PATH and HOSTNAME; only HOME and TMPDIR stay;
+* rlimits (address space, CPU time, file size, open files, no core dumps), the same as the host backends
+  (Docker's ulimits cannot carry the address-space limit: it would apply to the runtime's own start-up);
+* a seccomp-bpf filter stacked on Docker's profile, the same deny list as the landlock backend: no sockets
+  (socketpair for AF_UNIX only, which asyncio needs), no new processes (fork, vfork, clone without
+  CLONE_THREAD; clone3 fails with ENOSYS so the C library falls back to clone), no exec at all (the
+  interpreter already runs), no io_uring, keys, bpf, perf, userfaultfd, ptrace, cross-process memory,
+  namespaces or mounts, and signals, rlimits, priorities and pidfds only at this process. Another
+  architecture's syscall entry point kills the process.
+Any failure ends the process before the runner starts (exit status 70, the reason on stderr): it never runs a
+program unconfined. Stdlib only (ctypes); `confine(limits)` is called by the line after this source.
+"""
+
+
+def confine(limits):
+    import errno
+    import os
+    import struct
+    import sys
+
+    def fail(why):
+        sys.stderr.write(f"ptc-docker: cannot confine the interpreter: {why}\n")
+        sys.stderr.flush()
+        os._exit(70)
+
+    try:
+        import ctypes
+        import resource
+    except ImportError as e:
+        fail(f"the image's Python lacks a standard module: {e}")
+
+    for name in list(os.environ):
+        if name not in ("HOME", "TMPDIR"):
+            del os.environ[name]
+
+    for name, value in limits.items():
+        try:
+            resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
+        except (AttributeError, ValueError, OSError) as e:
+            fail(f"rlimit {name}: {e}")
+
+    try:
+        program = seccomp_program(os.uname().machine, os.getpid())
+    except KeyError as e:
+        fail(f"no seccomp rules for the {e} architecture")
+    arch = ARCHES[os.uname().machine]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError as e:
+        fail(f"no C library through ctypes: {e}")
+    libc.syscall.restype = ctypes.c_long
+    libc.prctl.restype = ctypes.c_int
+    PR_SET_NO_NEW_PRIVS = 38
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        fail(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    code = b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+    buffer = ctypes.create_string_buffer(code, len(code))
+    fprog = SockFprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+    result = libc.syscall(ctypes.c_long(arch["seccomp"]), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+                          ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))
+    if result != 0:
+        code = ctypes.get_errno()
+        fail(f"seccomp(SECCOMP_SET_MODE_FILTER): {errno.errorcode.get(code, code)} {os.strerror(code)}")
+
+
+# Per architecture: the audit arch value, the x32 bit (x86_64 only) and syscall numbers.
+ARCHES = {
+    "x86_64": {
+        "audit": 0xC000003E, "x32_bit": 0x40000000, "seccomp": 317,
+        "socket": 41, "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322,
+        "clone3": 435, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250,
+        "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
+        "pidfd_send_signal": 424, "unshare": 272, "setns": 308, "mount": 165, "umount2": 166,
+        "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+        "fsmount": 432, "fspick": 433, "mount_setattr": 442, "name_to_handle_at": 303,
+        "open_by_handle_at": 304, "reboot": 169, "kexec_load": 246, "kexec_file_load": 320,
+        "init_module": 175, "finit_module": 313, "delete_module": 176, "swapon": 167, "swapoff": 168,
+        "acct": 163, "quotactl": 179, "syslog": 103, "vhangup": 153, "tkill": 200, "kill": 62, "tgkill": 234,
+        "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "prlimit64": 302, "setpriority": 141,
+        "sched_setaffinity": 203, "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314,
+        "pidfd_open": 434, "move_pages": 279, "migrate_pages": 256, "ioprio_set": 251,
+    },
+    "aarch64": {
+        "audit": 0xC00000B7, "x32_bit": None, "seccomp": 277,
+        "socket": 198, "socketpair": 199, "clone": 220, "fork": None, "vfork": None, "execve": 221,
+        "execveat": 281, "clone3": 435, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
+        "userfaultfd": 282, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
+        "pidfd_getfd": 438, "pidfd_send_signal": 424, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
+        "pivot_root": 41, "chroot": 51, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+        "fsmount": 432, "fspick": 433, "mount_setattr": 442, "name_to_handle_at": 264,
+        "open_by_handle_at": 265, "reboot": 142, "kexec_load": 104, "kexec_file_load": 294,
+        "init_module": 105, "finit_module": 273, "delete_module": 106, "swapon": 224, "swapoff": 225,
+        "acct": 89, "quotactl": 60, "syslog": 116, "vhangup": 58, "tkill": 130, "kill": 129, "tgkill": 131,
+        "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "prlimit64": 261, "setpriority": 140,
+        "sched_setaffinity": 122, "sched_setparam": 118, "sched_setscheduler": 119, "sched_setattr": 274,
+        "pidfd_open": 434, "move_pages": 239, "migrate_pages": 238, "ioprio_set": 30,
+    },
+}
+ARCHES["arm64"] = ARCHES["aarch64"]
+
+# Denied with EPERM whatever the arguments.
+ALWAYS = [
+    "socket", "fork", "vfork", "execve", "execveat",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "bpf",
+    "perf_event_open", "userfaultfd", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "pidfd_send_signal", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree",
+    "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "name_to_handle_at",
+    "open_by_handle_at", "reboot", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+    "delete_module", "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup", "tkill",
+]
+AF_UNIX = 1
+CLONE_THREAD = 0x10000
+
+
+def unless_arg_in(pid):
+    """Denied with EPERM unless (the low 32 bits of) an argument is one of the values: name -> (arg, values).
+    The kernel reads these arguments as 32-bit ints, so the low word decides."""
+    return {
+        "socketpair": (0, [AF_UNIX]),
+        "kill": (0, [pid, 0]),
+        "tgkill": (0, [pid]),
+        "rt_sigqueueinfo": (0, [pid]),
+        "rt_tgsigqueueinfo": (0, [pid]),
+        "prlimit64": (0, [pid, 0]),
+        "setpriority": (1, [pid, 0]),
+        "sched_setaffinity": (0, [pid, 0]),
+        "sched_setparam": (0, [pid, 0]),
+        "sched_setscheduler": (0, [pid, 0]),
+        "sched_setattr": (0, [pid, 0]),
+        "pidfd_open": (0, [pid]),
+        "move_pages": (0, [pid, 0]),
+        "migrate_pages": (0, [pid, 0]),
+        "ioprio_set": (1, [pid, 0]),
+    }
+
+
+# Classic BPF opcodes and seccomp return values.
+LD_W_ABS, JEQ_K, JSET_K, RET_K = 0x20, 0x15, 0x45, 0x06
+RET_KILL_PROCESS, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
+EPERM, ENOSYS = 1, 38
+NR, ARCH = 0, 4  # offsets in struct seccomp_data
+
+
+def arg_low(index):
+    """Offset of the low 32 bits of argument `index` (little-endian architectures)."""
+    return 16 + 8 * index
+
+
+def seccomp_program(machine, pid):
+    """The filter as (code, jt, jf, k) tuples: a linear chain, each syscall tested once."""
+    arch = ARCHES[machine]
+    program = [
+        (LD_W_ABS, 0, 0, ARCH),
+        (JEQ_K, 1, 0, arch["audit"]),
+        (RET_K, 0, 0, RET_KILL_PROCESS),
+        (LD_W_ABS, 0, 0, NR),
+    ]
+    if arch["x32_bit"]:
+        program += [(JSET_K, 0, 1, arch["x32_bit"]), (RET_K, 0, 0, RET_KILL_PROCESS)]
+    for name in ALWAYS:
+        if arch[name] is not None:
+            program += [(JEQ_K, 0, 1, arch[name]), (RET_K, 0, 0, RET_ERRNO | EPERM)]
+    program += [(JEQ_K, 0, 1, arch["clone3"]), (RET_K, 0, 0, RET_ERRNO | ENOSYS)]
+    # clone: a new thread (CLONE_THREAD set) is allowed, a new process is not.
+    program += [
+        (JEQ_K, 0, 4, arch["clone"]),
+        (LD_W_ABS, 0, 0, arg_low(0)),
+        (JSET_K, 1, 0, CLONE_THREAD),
+        (RET_K, 0, 0, RET_ERRNO | EPERM),
+        (RET_K, 0, 0, RET_ALLOW),
+    ]
+    for name, (index, values) in unless_arg_in(pid).items():
+        block = [(LD_W_ABS, 0, 0, arg_low(index))]
+        block += [(JEQ_K, len(values) - i, 0, value) for i, value in enumerate(values)]
+        block += [(RET_K, 0, 0, RET_ERRNO | EPERM), (RET_K, 0, 0, RET_ALLOW)]
+        program += [(JEQ_K, 0, len(block), arch[name])] + block
+    program.append((RET_K, 0, 0, RET_ALLOW))
+    return program

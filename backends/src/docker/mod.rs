@@ -1,0 +1,458 @@
+//! The `docker` backend: one fresh container per run through the Docker Engine API (bollard), local or
+//! remote. The container runs the image's `python3` with the same embedded runner over attached
+//! stdin/stdout; what the container spec holds is in [`spec`], what the interpreter adds to it in
+//! `confine.py`. The engine removes each container as soon as it exits (also when ptc-mcp dies: the runner
+//! exits when its stdin closes); ptc-mcp also force-removes it when a run ends, on drop, and removes its
+//! leftovers at shutdown and stale ones at start-up.
+
+pub mod spec;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, KillContainerOptions, ListContainersOptions,
+    RemoveContainerOptions, WaitContainerOptions,
+};
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWriteExt};
+use tokio::sync::OnceCell;
+use tokio::task::JoinHandle;
+
+pub use spec::DockerSettings;
+use spec::{LABEL, confined_source, container_body, runner_command};
+
+use crate::{Availability, ExitInfo, Limits, RunnerControl, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
+
+/// How long the availability probe (one confined container) may take; the first start of an image on a
+/// busy engine can be slow.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long removing a container may take before we give up on it.
+const REMOVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Stale containers (never started, or not removed by the engine) older than this are removed at start-up.
+const STALE_AFTER: Duration = Duration::from_secs(120);
+/// How much of the runner's stderr is kept for diagnostics.
+const STDERR_TAIL_BYTES: usize = 4096;
+/// Printed by the probe: the interpreter the image has, after the confinement prologue ran.
+const PROBE_SCRIPT: &str = "import json, os, sys\nprint(json.dumps({'executable': sys.executable, \
+'version': '%d.%d.%d' % sys.version_info[:3], 'machine': os.uname().machine}))";
+/// The oldest Python the runner supports.
+const MIN_VERSION: (u32, u32) = (3, 9);
+
+pub struct DockerBackend {
+    settings: DockerSettings,
+    /// Labels this server's containers (`ptc-mcp.server=<instance>`), for the clean-up at shutdown.
+    instance: String,
+    docker: OnceCell<Result<Docker, String>>,
+    /// The image's interpreter, found once by the probe.
+    image_python: OnceCell<Result<ImagePython, String>>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct ImagePython {
+    executable: String,
+    version: String,
+    machine: String,
+    /// Whether runs mask /etc (the interpreter starts without it).
+    #[serde(default)]
+    hide_etc: bool,
+}
+
+impl DockerBackend {
+    pub fn new(settings: DockerSettings) -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let instance = format!("{}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff);
+        DockerBackend { settings, instance, docker: OnceCell::new(), image_python: OnceCell::new() }
+    }
+
+    fn engine_name(&self) -> String {
+        self.settings
+            .host
+            .clone()
+            .or_else(|| std::env::var("DOCKER_HOST").ok())
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string())
+    }
+
+    /// The engine client, connected and with the API version agreed once.
+    async fn docker(&self) -> Result<&Docker, String> {
+        let result = self.docker.get_or_init(|| async {
+            let engine = self.engine_name();
+            let unreachable = |e: &dyn std::fmt::Display| {
+                format!(
+                    "cannot reach the Docker engine at {engine}: {e}; start Docker there, or point \
+                     execution.docker.host (or DOCKER_HOST) at a running engine (unix:///path/docker.sock, \
+                     tcp://host:2375, https://host:2376 with DOCKER_CERT_PATH)"
+                )
+            };
+            let client = match &self.settings.host {
+                Some(host) => Docker::connect_with_host(host),
+                None => Docker::connect_with_defaults(),
+            }
+            .map_err(|e| unreachable(&e))?;
+            let client = tokio::time::timeout(Duration::from_secs(15), client.negotiate_version())
+                .await
+                .map_err(|_| unreachable(&"no answer within 15 s"))?
+                .map_err(|e| unreachable(&e))?;
+            remove_stale(&client).await;
+            Ok(client)
+        });
+        result.await.as_ref().map_err(Clone::clone)
+    }
+
+    fn unavailable(reason: String) -> SpawnError {
+        SpawnError::Unavailable { kind: SandboxKind::Docker, reason }
+    }
+
+    /// Finds the image's `python3` by running the probe script in a container built like a run's.
+    async fn find_python(&self) -> Result<ImagePython, String> {
+        let docker = self.docker().await?;
+        let image = &self.settings.image;
+        match docker.inspect_image(image).await {
+            Ok(_) => {}
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                return Err(format!(
+                    "image '{image}' is not on the Docker engine at {}; pull it with `docker pull {image}` \
+                     (no registry: build a runner image from this machine's Python with ci/docker-setup.sh and \
+                     set execution.docker.image to ptc-mcp-runner:local)",
+                    self.engine_name()
+                ));
+            }
+            Err(e) => return Err(format!("cannot inspect image '{image}': {e}")),
+        }
+        // Without /etc if the interpreter starts that way; an image whose interpreter needs it (its loader
+        // reading /etc/ld.so.cache) keeps it and runs degraded.
+        let hidden = self.run_probe(docker, true).await;
+        let (found, hide_etc) = match hidden {
+            Ok(found) => (found, true),
+            Err(hidden_error) => match self.run_probe(docker, false).await {
+                Ok(found) => {
+                    tracing::info!("python3 in image '{image}' needs /etc: {hidden_error}");
+                    (found, false)
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let parsed = found.version.split('.').take(2).map(|n| n.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
+        if parsed.len() < 2 || (parsed[0], parsed[1]) < MIN_VERSION {
+            return Err(format!(
+                "python3 in image '{image}' is {}, but the runner needs {}.{} or later",
+                found.version, MIN_VERSION.0, MIN_VERSION.1
+            ));
+        }
+        Ok(ImagePython { hide_etc, ..found })
+    }
+
+    /// Runs the probe script, confined, in a container built like a run's.
+    async fn run_probe(&self, docker: &Docker, hide_etc: bool) -> Result<ImagePython, String> {
+        let image = &self.settings.image;
+        let limits = Limits::default();
+        let source = confined_source(&limits, rlimits::cpu_seconds(PROBE_TIMEOUT), PROBE_SCRIPT);
+        let command = vec!["python3".to_string(), "-I".into(), "-S".into(), "-c".into(), source];
+        let mut runner = self.start(docker, &limits, command, hide_etc).await.map_err(|e| match e {
+            StartError::Start(message)
+                if message.contains("executable file not found") || message.contains("no such file") =>
+            {
+                format!(
+                    "image '{image}' has no python3 on its PATH; use an image with CPython {}.{} or later, such as {}",
+                    MIN_VERSION.0,
+                    MIN_VERSION.1,
+                    spec::DEFAULT_IMAGE
+                )
+            }
+            other => other.to_string(),
+        })?;
+        let mut stdout = String::new();
+        use tokio::io::AsyncReadExt;
+        let read = tokio::time::timeout(PROBE_TIMEOUT, runner.from_runner.read_to_string(&mut stdout)).await;
+        let exit = runner.control.wait().await;
+        let stderr = runner.control.stderr_tail();
+        runner.control.kill().await;
+        match (read, serde_json::from_str(stdout.trim())) {
+            (Ok(Ok(_)), Ok(found)) => Ok(found),
+            _ => Err(format!(
+                "python3 in image '{image}' could not start confined ({exit}): {}",
+                if stderr.trim().is_empty() { stdout.trim() } else { stderr.trim() }
+            )),
+        }
+    }
+
+    async fn image_python(&self) -> Result<&ImagePython, String> {
+        self.image_python.get_or_init(|| self.find_python()).await.as_ref().map_err(Clone::clone)
+    }
+
+    /// Creates, attaches and starts one container running `command`.
+    async fn start(
+        &self,
+        docker: &Docker,
+        limits: &Limits,
+        command: Vec<String>,
+        hide_etc: bool,
+    ) -> Result<RunnerProcess, StartError> {
+        let body = container_body(&self.settings, limits, command, &self.instance, hide_etc);
+        let created = docker
+            .create_container(None::<CreateContainerOptions>, body)
+            .await
+            .map_err(|e| StartError::Create(e.to_string()))?;
+        let id = created.id;
+        // From here on the guard removes the container if anything below fails.
+        let mut guard = Cleanup { docker: docker.clone(), id: id.clone(), armed: true };
+        let attach = AttachContainerOptions { stream: true, stdin: true, stdout: true, stderr: true, ..Default::default() };
+        // The engine answers a wait as soon as the waiter is registered; start it before the container.
+        let waiter = tokio::spawn(wait_removed(docker.clone(), id.clone()));
+        let attached = docker.attach_container(&id, Some(attach)).await.map_err(|e| StartError::Attach(e.to_string()))?;
+        docker.start_container(&id, None).await.map_err(|e| StartError::Start(e.to_string()))?;
+        guard.armed = false;
+        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+        let (pipe_in, pipe_out) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(demultiplex(attached.output, pipe_in, Arc::clone(&stderr_tail)));
+        let control = DockerControl { docker: docker.clone(), id, waiter, exited: None, stderr_tail, removed: false };
+        let from_runner: Pin<Box<dyn AsyncRead + Send>> = Box::pin(pipe_out);
+        Ok(RunnerProcess { to_runner: attached.input, from_runner, control: Box::new(control) })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("could not create the container: {0}")]
+    Create(String),
+    #[error("could not attach to the container: {0}")]
+    Attach(String),
+    #[error("could not start the container: {0}")]
+    Start(String),
+}
+
+#[async_trait]
+impl SandboxBackend for DockerBackend {
+    fn kind(&self) -> SandboxKind {
+        SandboxKind::Docker
+    }
+
+    async fn probe(&self) -> Availability {
+        let python = match self.image_python().await {
+            Ok(python) => python,
+            Err(reason) => return Availability::Unavailable { reason },
+        };
+        let limits = Limits::default();
+        let detail = format!(
+            "one container per run from image '{}' on {} (python {} at {}, {}): no network, read-only root{}, \
+             {} MiB tmpfs scratch, no capabilities, no-new-privileges, uid {}, memory {} MiB, pids {}, cpus {}, \
+             seccomp (no sockets, processes, exec, ptrace, namespaces) and rlimits; the runner is the container's \
+             only process",
+            self.settings.image,
+            self.engine_name(),
+            python.version,
+            python.executable,
+            python.machine,
+            if python.hide_etc { ", /etc and /sys hidden" } else { ", /sys hidden" },
+            self.settings.scratch_mb(&limits),
+            spec::USER.split(':').next().unwrap_or_default(),
+            self.settings.memory_mb(&limits),
+            self.settings.pids,
+            self.settings.cpus,
+        );
+        if python.hide_etc {
+            Availability::Available { detail }
+        } else {
+            Availability::Degraded {
+                detail,
+                missing: "a hidden /etc: the image's python3 does not start without it (e.g. its libraries are \
+                          found through /etc/ld.so.cache), so programs can read the image's /etc and the \
+                          /etc/hostname Docker adds; use an image whose interpreter finds its libraries without \
+                          /etc, e.g. one built by ci/docker-setup.sh"
+                    .to_string(),
+            }
+        }
+    }
+
+    async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
+        let python = self.image_python().await.map_err(Self::unavailable)?;
+        let docker = self.docker().await.map_err(Self::unavailable)?;
+        let command = runner_command(&python.executable, request);
+        self.start(docker, &request.limits, command, python.hide_etc)
+            .await
+            .map_err(|e| SpawnError::Start { program: format!("a container of {}", self.settings.image), source: std::io::Error::other(e.to_string()) })
+    }
+
+    async fn shutdown(&self) {
+        if let Some(Ok(docker)) = self.docker.get() {
+            let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL}={}", self.instance)])]);
+            remove_listed(docker, filters, |_| true).await;
+        }
+    }
+}
+
+/// Waits until the container is gone (the engine removes it when it exits) and says how it ended.
+async fn wait_removed(docker: Docker, id: String) -> ExitInfo {
+    let options = WaitContainerOptions { condition: "removed".to_string() };
+    match docker.wait_container(&id, Some(options)).next().await {
+        Some(Ok(response)) => exit_info(response.status_code),
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => exit_info(code),
+        Some(Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })) => {
+            ExitInfo::Unknown("the container ended before its exit status could be read".to_string())
+        }
+        Some(Err(e)) => ExitInfo::Unknown(format!("lost track of the container: {e}")),
+        None => ExitInfo::Unknown("the engine did not report how the container ended".to_string()),
+    }
+}
+
+/// A container's exit status: the engine reports a process killed by signal N as 128 + N.
+fn exit_info(code: i64) -> ExitInfo {
+    match code {
+        129..=159 => ExitInfo::Signal((code - 128) as i32),
+        code => ExitInfo::Code(i32::try_from(code).unwrap_or(i32::MAX)),
+    }
+}
+
+/// Splits the attach stream: stdout into the runner's channel, stderr into the diagnostics tail.
+async fn demultiplex(
+    mut output: Pin<Box<dyn futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>> + Send>>,
+    mut channel: tokio::io::DuplexStream,
+    tail: Arc<Mutex<Vec<u8>>>,
+) {
+    use bollard::container::LogOutput;
+    let mut channel_open = true;
+    while let Some(Ok(frame)) = output.next().await {
+        match frame {
+            LogOutput::StdOut { message } | LogOutput::Console { message } if channel_open => {
+                // The reader went away: keep draining (stderr may still come) without forwarding.
+                channel_open = channel.write_all(&message).await.is_ok();
+            }
+            LogOutput::StdErr { message } => {
+                let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                tail.extend_from_slice(&message);
+                let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+                tail.drain(..excess);
+            }
+            _ => {}
+        }
+    }
+    let _ = channel.shutdown().await;
+}
+
+/// Removes a container that never became a runner (creation succeeded, attach or start failed).
+struct Cleanup {
+    docker: Docker,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.armed {
+            remove_in_background(&self.docker, &self.id);
+        }
+    }
+}
+
+fn remove_in_background(docker: &Docker, id: &str) {
+    let (docker, id) = (docker.clone(), id.to_string());
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move { force_remove(&docker, &id).await });
+    }
+}
+
+async fn force_remove(docker: &Docker, id: &str) {
+    let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    match tokio::time::timeout(REMOVE_TIMEOUT, docker.remove_container(id, Some(options))).await {
+        Ok(Ok(())) => {}
+        // Already gone, or its removal (by the engine) is under way.
+        Ok(Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. })) => {}
+        Ok(Err(e)) => tracing::warn!("could not remove container {id}: {e}"),
+        Err(_) => tracing::warn!("could not remove container {id}: no answer within {}s", REMOVE_TIMEOUT.as_secs()),
+    }
+}
+
+/// Removes the containers matching `filters` (all states) for which `pick` holds.
+async fn remove_listed(
+    docker: &Docker,
+    filters: HashMap<String, Vec<String>>,
+    pick: impl Fn(&bollard::models::ContainerSummary) -> bool,
+) {
+    let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+    let Ok(containers) = docker.list_containers(Some(options)).await else { return };
+    let removals = containers.iter().filter(|c| pick(c)).filter_map(|c| c.id.as_deref()).map(|id| force_remove(docker, id));
+    futures_util::future::join_all(removals).await;
+}
+
+/// Containers of any ptc-mcp server that never started or that the engine did not remove, older than
+/// [`STALE_AFTER`] (younger ones may belong to a server starting a run right now).
+async fn remove_stale(docker: &Docker) {
+    use bollard::models::ContainerSummaryStateEnum as State;
+    let filters = HashMap::from([("label".to_string(), vec![LABEL.to_string()])]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    remove_listed(docker, filters, |c| {
+        let stopped = matches!(c.state, Some(State::CREATED | State::EXITED | State::DEAD));
+        stopped && c.created.is_some_and(|created| now - created > STALE_AFTER.as_secs() as i64)
+    })
+    .await;
+}
+
+struct DockerControl {
+    docker: Docker,
+    id: String,
+    /// Resolves when the container is gone, with how it ended.
+    waiter: JoinHandle<ExitInfo>,
+    exited: Option<ExitInfo>,
+    stderr_tail: Arc<Mutex<Vec<u8>>>,
+    /// The container is gone (or its removal was attempted after a kill).
+    removed: bool,
+}
+
+#[async_trait]
+impl RunnerControl for DockerControl {
+    async fn wait(&mut self) -> ExitInfo {
+        if let Some(info) = &self.exited {
+            return info.clone();
+        }
+        let info = (&mut self.waiter)
+            .await
+            .unwrap_or_else(|e| ExitInfo::Unknown(format!("lost track of the container: {e}")));
+        // The waiter returns once the engine removed the container, unless it lost track of it.
+        self.removed = !matches!(info, ExitInfo::Unknown(_));
+        self.exited = Some(info.clone());
+        info
+    }
+
+    async fn kill(&mut self) {
+        if self.exited.is_none() {
+            let options = KillContainerOptions { signal: "SIGKILL".to_string() };
+            let _ = self.docker.kill_container(&self.id, Some(options)).await;
+            let _ = tokio::time::timeout(REMOVE_TIMEOUT, self.wait()).await;
+        }
+        if !self.removed {
+            force_remove(&self.docker, &self.id).await;
+            self.removed = true;
+        }
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&tail).into_owned()
+    }
+}
+
+impl Drop for DockerControl {
+    fn drop(&mut self) {
+        if !self.removed {
+            remove_in_background(&self.docker, &self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_over_128_are_signals() {
+        assert_eq!(exit_info(0), ExitInfo::Code(0));
+        assert_eq!(exit_info(70), ExitInfo::Code(70));
+        assert_eq!(exit_info(137), ExitInfo::Signal(9));
+        assert_eq!(exit_info(139), ExitInfo::Signal(11));
+        assert_eq!(exit_info(255), ExitInfo::Code(255));
+    }
+}

@@ -1,0 +1,282 @@
+//! The `docker` backend's settings and the container it creates for one run: plain code, unit-tested
+//! without an engine.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
+use serde::Deserialize;
+
+use crate::protocol::RUNNER_SOURCE;
+use crate::{Limits, SpawnRequest, rlimits};
+
+/// `execution.docker`: where the engine is, which image runs programs, and the container's limits.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DockerSettings {
+    /// The image; it needs CPython 3.9+ as `python3` on its PATH (a standard library is enough).
+    pub image: String,
+    /// The engine: `unix:///path/docker.sock`, `tcp://host:2375`, `https://host:2376` (TLS with the
+    /// certificates in `DOCKER_CERT_PATH`, default `~/.docker`). Unset: `DOCKER_HOST`, else the local socket.
+    pub host: Option<String>,
+    /// The container's memory limit (cgroup; no swap) in MiB. It also holds the scratch tmpfs, so the
+    /// default is `limits.memory_mb + scratch`.
+    pub memory_mb: Option<u64>,
+    /// Most tasks (processes and threads) in the container.
+    pub pids: u64,
+    /// CPUs the container may use (fractions allowed).
+    pub cpus: f64,
+    /// Size of the scratch tmpfs in MiB; default `limits.scratch_mb`.
+    pub scratch_mb: Option<u64>,
+}
+
+/// The default image: the official slim CPython image, pulled once with `docker pull`.
+pub const DEFAULT_IMAGE: &str = "python:3.12-slim";
+
+impl Default for DockerSettings {
+    fn default() -> Self {
+        DockerSettings { image: DEFAULT_IMAGE.to_string(), host: None, memory_mb: None, pids: 64, cpus: 1.0, scratch_mb: None }
+    }
+}
+
+impl DockerSettings {
+    /// Checks the values; the error names the key under `execution.docker`.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.image.trim().is_empty() {
+            return Err("image: must name an image (e.g. python:3.12-slim)".to_string());
+        }
+        if let Some(host) = &self.host
+            && !["unix://", "tcp://", "http://", "https://"].iter().any(|scheme| host.starts_with(scheme))
+        {
+            return Err(format!("host: '{host}' is not unix://PATH, tcp://HOST:PORT, http://HOST:PORT or https://HOST:PORT"));
+        }
+        if self.memory_mb.is_some_and(|mb| mb < 16) {
+            return Err("memory_mb: must be at least 16 (MiB)".to_string());
+        }
+        if self.pids < 8 {
+            return Err("pids: must be at least 8 (the interpreter and its threads)".to_string());
+        }
+        if !(self.cpus >= 0.01 && self.cpus <= 1024.0) {
+            return Err(format!("cpus: must be between 0.01 and 1024, got {}", self.cpus));
+        }
+        if self.scratch_mb == Some(0) {
+            return Err("scratch_mb: must be at least 1".to_string());
+        }
+        Ok(())
+    }
+
+    pub fn scratch_mb(&self, limits: &Limits) -> u64 {
+        self.scratch_mb.unwrap_or(limits.scratch_mb)
+    }
+
+    pub fn memory_mb(&self, limits: &Limits) -> u64 {
+        self.memory_mb.unwrap_or_else(|| limits.memory_mb.saturating_add(self.scratch_mb(limits)))
+    }
+}
+
+/// The scratch tmpfs: the runner's working directory, `HOME` and `TMPDIR`.
+pub const SCRATCH: &str = "/scratch";
+/// The user programs run as (`nobody` on most systems); numeric, so images need no user database.
+pub const USER: &str = "65534:65534";
+/// Every runner container carries this label; its value is the server instance that made it.
+pub const LABEL: &str = "ptc-mcp.server";
+/// The container's host name (the kernel's and /etc/hostname): tells programs nothing.
+const HOSTNAME: &str = "sandbox";
+/// Docker's default masked paths (replaced, not extended, by a `MaskedPaths` list), plus all of /sys. A
+/// masked directory is an empty read-only tmpfs, a masked file reads as /dev/null.
+const MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys",
+];
+
+/// The confinement prologue run by the interpreter before the runner (see its docstring).
+const CONFINE_SOURCE: &str = include_str!("confine.py");
+
+/// Source for `python -c`: the prologue, the call that confines the interpreter with the run's rlimits, then
+/// `body` (the runner, or the probe's script).
+pub fn confined_source(limits: &Limits, cpu_seconds: u64, body: &str) -> String {
+    let rlimits = serde_json::json!({
+        "CPU": cpu_seconds,
+        "AS": limits.memory_bytes(),
+        "FSIZE": limits.file_size_bytes(),
+        "NOFILE": limits.open_files,
+        "CORE": 0,
+    });
+    format!("{CONFINE_SOURCE}\nconfine({rlimits})\ndel confine\n{body}")
+}
+
+/// The interpreter command line of one run's runner.
+pub fn runner_command(python: &str, request: &SpawnRequest) -> Vec<String> {
+    let source = confined_source(&request.limits, rlimits::cpu_seconds(request.timeout), RUNNER_SOURCE);
+    vec![python.to_string(), "-I".into(), "-S".into(), "-c".into(), source]
+}
+
+/// The container for one runner: `command` in a fresh container of the image, with stdin/stdout/stderr
+/// attached (no TTY), no network, a read-only root, a size-limited tmpfs as scratch and working directory,
+/// no capabilities, no-new-privileges, a non-root user, memory, pids and CPU limits, no IPC namespace
+/// shared or /dev/shm, /sys masked, no logs kept, and removed by the engine as soon as it exits. With
+/// `hide_etc`, /etc is masked too (the image's files and the /etc/hostname Docker adds): the probe finds
+/// out whether the image's interpreter starts without it (it may need /etc/ld.so.cache).
+pub fn container_body(
+    settings: &DockerSettings,
+    limits: &Limits,
+    command: Vec<String>,
+    instance: &str,
+    hide_etc: bool,
+) -> ContainerCreateBody {
+    const MIB: i64 = 1024 * 1024;
+    let memory = i64::try_from(settings.memory_mb(limits)).unwrap_or(i64::MAX / MIB).saturating_mul(MIB);
+    // Owned by the runner's user: the engine copies the working directory's 0755 onto the tmpfs.
+    let (uid, gid) = USER.split_once(':').expect("USER is uid:gid");
+    let scratch = format!("rw,nosuid,nodev,noexec,size={}m,uid={uid},gid={gid},mode=0700", settings.scratch_mb(limits));
+    ContainerCreateBody {
+        image: Some(settings.image.clone()),
+        cmd: Some(command),
+        // [""] resets an image's entrypoint: the command runs as given.
+        entrypoint: Some(vec![String::new()]),
+        env: Some(vec![format!("HOME={SCRATCH}"), format!("TMPDIR={SCRATCH}")]),
+        working_dir: Some(SCRATCH.to_string()),
+        user: Some(USER.to_string()),
+        hostname: Some(HOSTNAME.to_string()),
+        labels: Some(HashMap::from([(LABEL.to_string(), instance.to_string())])),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
+        tty: Some(false),
+        network_disabled: Some(true),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".to_string()),
+            readonly_rootfs: Some(true),
+            tmpfs: Some(HashMap::from([(SCRATCH.to_string(), scratch)])),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            ipc_mode: Some("none".to_string()),
+            masked_paths: Some(
+                MASKED_PATHS.iter().chain(hide_etc.then_some(&"/etc")).map(|p| p.to_string()).collect(),
+            ),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(i64::try_from(settings.pids).unwrap_or(i64::MAX)),
+            nano_cpus: Some((settings.cpus * 1e9).round() as i64),
+            auto_remove: Some(true),
+            init: Some(false),
+            privileged: Some(false),
+            log_config: Some(HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn request() -> SpawnRequest {
+        SpawnRequest { limits: Limits::default(), timeout: Duration::from_secs(30) }
+    }
+
+    #[test]
+    fn the_container_is_locked_down() {
+        let settings = DockerSettings::default();
+        let body = container_body(&settings, &Limits::default(), vec!["python3".into()], "inst-1", true);
+        let host = body.host_config.clone().unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(body.network_disabled, Some(true));
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(host.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        assert_eq!(host.privileged, Some(false));
+        assert_eq!(host.ipc_mode.as_deref(), Some("none"));
+        let masked = host.masked_paths.unwrap();
+        assert!(masked.contains(&"/sys".to_string()) && masked.contains(&"/etc".to_string()));
+        assert!(masked.contains(&"/proc/kcore".to_string()), "Docker's own list is kept");
+        let shown = container_body(&settings, &Limits::default(), vec![], "i", false).host_config.unwrap();
+        assert!(!shown.masked_paths.unwrap().contains(&"/etc".to_string()));
+        assert_eq!(body.user.as_deref(), Some(USER));
+        assert!(!USER.starts_with("0:") && !USER.starts_with("root"));
+        // Nothing from the host: no binds, no volumes, no devices, no docker socket.
+        assert!(host.binds.is_none() && host.mounts.is_none() && host.devices.is_none() && body.volumes.is_none());
+        assert_eq!(body.env, Some(vec!["HOME=/scratch".to_string(), "TMPDIR=/scratch".to_string()]));
+        assert_eq!(body.working_dir.as_deref(), Some(SCRATCH));
+        assert_eq!(body.entrypoint, Some(vec![String::new()]));
+        assert_eq!(body.labels.unwrap().get(LABEL).map(String::as_str), Some("inst-1"));
+    }
+
+    #[test]
+    fn stdio_is_attached_without_a_tty_and_the_engine_removes_the_container() {
+        let body = container_body(&DockerSettings::default(), &Limits::default(), vec![], "i", true);
+        assert_eq!(
+            (body.attach_stdin, body.attach_stdout, body.attach_stderr, body.open_stdin, body.stdin_once, body.tty),
+            (Some(true), Some(true), Some(true), Some(true), Some(true), Some(false))
+        );
+        let host = body.host_config.unwrap();
+        assert_eq!(host.auto_remove, Some(true));
+        assert_eq!(host.init, Some(false), "the runner is pid 1: no other process in the container");
+        assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
+    }
+
+    #[test]
+    fn limits_default_from_execution_limits() {
+        let limits = Limits { memory_mb: 512, scratch_mb: 100, ..Limits::default() };
+        let body = container_body(&DockerSettings::default(), &limits, vec![], "i", true);
+        let host = body.host_config.unwrap();
+        assert_eq!(host.memory, Some(612 * 1024 * 1024), "memory holds the scratch tmpfs too");
+        assert_eq!(host.memory_swap, host.memory, "no swap");
+        assert_eq!(host.pids_limit, Some(64));
+        assert_eq!(host.nano_cpus, Some(1_000_000_000));
+        assert_eq!(host.tmpfs.unwrap()[SCRATCH], "rw,nosuid,nodev,noexec,size=100m,uid=65534,gid=65534,mode=0700");
+    }
+
+    #[test]
+    fn docker_keys_override_the_defaults() {
+        let settings = DockerSettings { memory_mb: Some(300), pids: 16, cpus: 0.5, scratch_mb: Some(8), ..Default::default() };
+        let host = container_body(&settings, &Limits::default(), vec![], "i", true).host_config.unwrap();
+        assert_eq!(host.memory, Some(300 * 1024 * 1024));
+        assert_eq!(host.pids_limit, Some(16));
+        assert_eq!(host.nano_cpus, Some(500_000_000));
+        assert_eq!(host.tmpfs.unwrap()[SCRATCH], "rw,nosuid,nodev,noexec,size=8m,uid=65534,gid=65534,mode=0700");
+    }
+
+    #[test]
+    fn the_runner_starts_confined_with_the_runs_rlimits() {
+        let command = runner_command("/usr/local/bin/python3", &request());
+        assert_eq!(&command[..4], ["/usr/local/bin/python3", "-I", "-S", "-c"]);
+        let source = &command[4];
+        assert!(source.starts_with(CONFINE_SOURCE));
+        assert!(source.ends_with(RUNNER_SOURCE));
+        let call = source[CONFINE_SOURCE.len()..].lines().find(|l| l.starts_with("confine(")).unwrap();
+        let limits: serde_json::Value = serde_json::from_str(&call["confine(".len()..call.len() - 1]).unwrap();
+        assert_eq!(
+            limits,
+            serde_json::json!({"CPU": 31, "AS": 1u64 << 30, "FSIZE": 64u64 << 20, "NOFILE": 256, "CORE": 0})
+        );
+    }
+
+    #[test]
+    fn settings_are_validated_with_the_key_named() {
+        assert!(DockerSettings::default().validate().is_ok());
+        let bad = |settings: DockerSettings, key: &str| {
+            let error = settings.validate().unwrap_err();
+            assert!(error.starts_with(key), "{error}");
+        };
+        bad(DockerSettings { image: " ".into(), ..Default::default() }, "image:");
+        bad(DockerSettings { host: Some("ssh://box".into()), ..Default::default() }, "host:");
+        bad(DockerSettings { memory_mb: Some(4), ..Default::default() }, "memory_mb:");
+        bad(DockerSettings { pids: 2, ..Default::default() }, "pids:");
+        bad(DockerSettings { cpus: 0.0, ..Default::default() }, "cpus:");
+        bad(DockerSettings { cpus: f64::NAN, ..Default::default() }, "cpus:");
+        bad(DockerSettings { scratch_mb: Some(0), ..Default::default() }, "scratch_mb:");
+    }
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# A Docker engine and a runner image for the `docker` sandbox tests, on a machine that reaches no image
+# registry. Idempotent:
+#   1. installs Debian's docker.io if `dockerd` is missing;
+#   2. starts dockerd in the background (log: $PTC_DOCKERD_LOG, default /var/log/ptc-dockerd.log) if the
+#      engine does not answer, and waits for it; no bridge network and no iptables rules (runs use
+#      network none);
+#   3. builds the image ptc-mcp-runner:local (or $PTC_RUNNER_IMAGE) with `docker import` from this machine's
+#      own python3: the interpreter at its real path (plus a /usr/local/bin/python3 link), its standard
+#      library without site-packages, tests, tkinter, idle and the static library, the shared libraries it
+#      and its extension modules need (from ldd), the dynamic loader and /usr/share/zoneinfo. No /etc at all
+#      (no user database: containers run as a numeric non-root uid), no shell, no other program.
+#      The image is rebuilt only when its inputs changed (a label holds their digest).
+# Progress goes to stderr; the last line on stdout names the image.
+# Usage: ci/docker-setup.sh            (needs root for the install and for starting dockerd)
+set -euo pipefail
+
+image=${PTC_RUNNER_IMAGE:-ptc-mcp-runner:local}
+log_file=${PTC_DOCKERD_LOG:-/var/log/ptc-dockerd.log}
+python=${PYTHON:-python3}
+
+log() { printf 'docker-setup: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- 1. the engine's packages ----------------------------------------------------------------
+if ! command -v dockerd >/dev/null 2>&1; then
+    log "installing docker.io"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq docker.io >&2
+fi
+# Debian's client; another `docker` earlier on PATH may be too new for this engine's API.
+docker=/usr/bin/docker
+[[ -x $docker ]] || docker=$(command -v docker) || die "no docker client after installing docker.io"
+
+# --- 2. the engine ---------------------------------------------------------------------------
+if ! "$docker" version >/dev/null 2>&1; then
+    log "starting dockerd (log: $log_file)"
+    mkdir -p "$(dirname "$log_file")"
+    # setsid: the engine must outlive this script's session (CI runs the tests after it returns).
+    setsid dockerd --bridge=none --iptables=false --ip6tables=false >>"$log_file" 2>&1 </dev/null &
+    for _ in $(seq 1 120); do
+        "$docker" version >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    "$docker" version >/dev/null 2>&1 || { tail -20 "$log_file" >&2; die "dockerd did not come up within 60 s"; }
+fi
+log "engine: $("$docker" version --format 'Docker {{.Server.Version}} (API {{.Server.APIVersion}})')"
+
+# --- 3. the runner image -----------------------------------------------------------------------
+command -v "$python" >/dev/null 2>&1 || die "$python not found (set PYTHON=...)"
+# The real interpreter, not a PATH shim (pyenv's are shell scripts).
+read -r executable stdlib platstdlib version < <("$python" -I -S -c \
+    'import sys, sysconfig; print(sys.executable, sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib"), "%d.%d" % sys.version_info[:2])')
+executable=$(readlink -f "$executable")
+[[ -x $executable ]] || die "cannot resolve the interpreter behind $python"
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+root=$stage/root
+mkdir -p "$root"
+
+# Copies a path (file or directory, keeping symlinks in it) to the same place in the image.
+copy() { (cd / && cp -a --parents "${1#/}" "$root"); }
+# A library by its name in its canonical directory (/lib may be a link to /usr/lib) and the file that
+# name leads to, so the loader finds it under the name it looks for.
+copy_library() {
+    local name
+    name=$(readlink -f "$(dirname "$1")")/$(basename "$1")
+    copy "$name"
+    local real
+    real=$(readlink -f "$name")
+    [[ $real == "$name" ]] || copy "$real"
+}
+
+# The top-level links of a merged /usr (/lib -> usr/lib, ...), as links, so every path names the same file.
+for top in /bin /sbin /lib /lib32 /lib64 /libx32; do
+    if [[ -L $top ]]; then cp -a "$top" "$root$top"; fi
+done
+
+copy "$executable"
+for dir in "$stdlib" "$platstdlib"; do
+    [[ -d $root$dir ]] && continue
+    # What programs never need and what would only bloat the image (tkinter would also need X11).
+    mkdir -p "$root$dir"
+    tar -C "$dir" -c \
+        --exclude='./site-packages' --exclude='./dist-packages' --exclude='./test' --exclude='*/tests' \
+        --exclude='*/test' --exclude='./idlelib' --exclude='./tkinter' --exclude='./turtledemo' \
+        --exclude='./ensurepip' --exclude='./config-*' --exclude='_tkinter*' --exclude='./lib2to3' \
+        --exclude='./__phello__' --exclude='*.opt-1.pyc' --exclude='*.opt-2.pyc' . | tar -C "$root$dir" -x
+done
+
+# Shared libraries of the interpreter and of every extension module, and the loader.
+libraries() {
+    ldd "$@" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/[^ ]+ \(/ { print $1 }'
+}
+mapfile -t objects < <(find "$root$platstdlib" "$root$stdlib" -name '*.so' | sed "s|^$root||")
+mapfile -t libs < <(libraries "$executable" "${objects[@]}" | sort -u)
+for lib in "${libs[@]}"; do
+    copy_library "$lib"
+done
+# The loader by the path programs name (/lib64/ld-linux-x86-64.so.2 is a link on most systems); ldd
+# lists it too, readelf is only a second opinion.
+if command -v readelf >/dev/null 2>&1; then
+    loader=$(readelf -l "$executable" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
+    if [[ -n $loader ]]; then copy_library "$loader"; fi
+fi
+if [[ -d /usr/share/zoneinfo ]]; then copy /usr/share/zoneinfo; fi
+
+# What the image is made of (before stripping, which changes every file's time).
+digest=$( (cd "$root" && find . ! -type d -printf '%p %s %T@ %l\n' | LC_ALL=C sort) | sha256sum | cut -c1-16)
+# Debug information is most of libpython's size and no use here.
+if command -v strip >/dev/null 2>&1; then
+    find "$root" -type f \( -name '*.so' -o -name '*.so.*' \) -exec strip --strip-debug {} + 2>/dev/null || true
+    strip --strip-debug "$root$executable" 2>/dev/null || true
+fi
+
+mkdir -p "$root/usr/local/bin"
+[[ -e $root/usr/local/bin/python3 ]] || ln -s "$executable" "$root/usr/local/bin/python3"
+
+if [[ $("$docker" image inspect --format '{{index .Config.Labels "ptc-mcp.inputs"}}' "$image" 2>/dev/null) == "$digest" ]]; then
+    log "image $image is up to date (inputs $digest)"
+else
+    log "building $image from $executable (Python $version) and $((${#libs[@]})) shared libraries"
+    # Everything owned by root; directories traversable by anyone (a home like /root is 0700 on the host).
+    tar -C "$root" -c --owner=0 --group=0 --numeric-owner --mode='u+w,go-w,a+rX' --sort=name . \
+        | "$docker" import \
+            --change 'CMD ["/usr/local/bin/python3"]' \
+            --change "LABEL ptc-mcp.inputs=$digest" \
+            --change "LABEL ptc-mcp.python=$executable" \
+            --message "ptc-mcp runner image from the machine's own Python $version" \
+            - "$image" >/dev/null
+fi
+size=$("$docker" image inspect --format '{{.Size}}' "$image")
+log "image $image: Python $version at $executable (also /usr/local/bin/python3), $((size / 1024 / 1024)) MiB"
+"$docker" run --rm --network none --read-only --user 65534:65534 "$image" /usr/local/bin/python3 -I -S -c \
+    'import sys, ctypes, sqlite3, zoneinfo, ssl; print("docker-setup: python", sys.version.split()[0], "works in the image")' >&2
+echo "$image"

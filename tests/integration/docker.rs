@@ -1,0 +1,113 @@
+//! The `docker` backend's own guarantees: no container outlives its run, however the run or the server
+//! ends. Runs only under `PTC_TEST_SANDBOX=docker` (the rest of the suite covers what programs see); lists
+//! the containers of the server under test through the `docker` CLI by their `ptc-mcp.server` label, whose
+//! value starts with the server's pid.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::*;
+
+/// The ids of the containers (in any state) that the server with this pid made.
+fn containers_of(pid: u32) -> Vec<String> {
+    let output = std::process::Command::new("docker")
+        .args(["ps", "--all", "--no-trunc", "--filter", "label=ptc-mcp.server", "--format"])
+        .arg("{{.ID}} {{.Label \"ptc-mcp.server\"}}")
+        .output()
+        .expect("the docker CLI runs");
+    assert!(output.status.success(), "docker ps failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, instance)| instance.starts_with(&format!("{pid}-")))
+        .map(|(id, _)| id.to_string())
+        .collect()
+}
+
+/// Polls until the server's containers are gone (true) or `limit` passes (false).
+async fn all_gone(pid: u32, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if containers_of(pid).is_empty() {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn docker_ptc(execution: &str) -> Option<Ptc> {
+    if sandbox_under_test() != "docker" {
+        eprintln!("SKIPPED: docker container tests run under PTC_TEST_SANDBOX=docker");
+        return None;
+    }
+    let ptc = Ptc::start(&config(&[], execution)).await;
+    require_backend(&ptc).await?;
+    Some(ptc)
+}
+
+#[tokio::test]
+async fn no_container_is_left_after_success_error_crash_or_timeout() {
+    let Some(ptc) = docker_ptc("  timeout_seconds: 3\n").await else { return };
+    let pid = ptc.child.id().unwrap();
+    let runs = [
+        ("success", "print('fine')", false),
+        ("error", "raise ValueError('no')", true),
+        ("crash", "import ctypes\nctypes.string_at(0)", true),
+        ("timeout", "import time\ntime.sleep(60)", true),
+    ];
+    for (what, code, fails) in runs {
+        let run = ptc.execute(code).await;
+        assert_eq!(run.is_error(), fails, "{what}: {}", run.text());
+        // The run's result comes back after its container is removed: nothing to wait for.
+        assert_eq!(containers_of(pid), Vec::<String>::new(), "a container survived the {what} run");
+    }
+}
+
+#[tokio::test]
+async fn no_container_is_left_when_the_server_is_killed_mid_run() {
+    let Some(mut ptc) = docker_ptc("").await else { return };
+    let pid = ptc.child.id().unwrap();
+    let peer = ptc.client.peer().clone();
+    let params = rmcp::model::CallToolRequestParams::new("execute_program")
+        .with_arguments(json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(600)"}).as_object().unwrap().clone());
+    let run = tokio::spawn(async move { peer.call_tool(params).await });
+    assert!(wait_for_a_container(pid).await, "the run's container never appeared");
+    // SIGKILL: no clean-up code runs in the server; the engine removes the container once the runner's
+    // stdin closes with the server's connection.
+    ptc.child.start_kill().unwrap();
+    let _ = ptc.child.wait().await;
+    run.abort();
+    assert!(all_gone(pid, Duration::from_secs(20)).await, "containers survived the killed server: {:?}", containers_of(pid));
+}
+
+#[tokio::test]
+async fn no_container_is_left_when_the_server_is_stopped_mid_run() {
+    let Some(mut ptc) = docker_ptc("").await else { return };
+    let pid = ptc.child.id().unwrap();
+    let peer = ptc.client.peer().clone();
+    let code = "import time\ntime.sleep(600)";
+    let params = rmcp::model::CallToolRequestParams::new("execute_program")
+        .with_arguments(json!({"code": code}).as_object().unwrap().clone());
+    let run = tokio::spawn(async move { peer.call_tool(params).await });
+    assert!(wait_for_a_container(pid).await, "the run's container never appeared");
+    // SAFETY: kill with a child pid we own.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(20), ptc.child.wait()).await.expect("the server stops on SIGTERM");
+    assert!(status.unwrap().success());
+    run.abort();
+    assert!(all_gone(pid, Duration::from_secs(20)).await, "containers survived the stopped server: {:?}", containers_of(pid));
+}
+
+async fn wait_for_a_container(pid: u32) -> bool {
+    for _ in 0..200 {
+        if !containers_of(pid).is_empty() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
