@@ -26,14 +26,18 @@ import itertools
 import json
 import linecache
 import os
+import queue
+import select
 import sys
 import threading
+import time
 import traceback
 import types
 
 PROTOCOL_VERSION = 1
 PROGRAM = "<program>"  # filename of the program's code: the only frames tracebacks show
 READ_CHUNK = 65536
+FINAL_DRAIN_SECONDS = 0.2  # what fds 1/2 still hold at the end; a writer the program keeps alive is cut off
 ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
@@ -58,6 +62,7 @@ class Channel:
         self._pending_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._pending = {}  # request id -> deliver(result message), called on the reader thread
+        self._first = queue.SimpleQueue()  # the first line (the `run` message), for the main thread
 
     def send(self, message, last=False):
         # "replace" only matters for lone surrogates in diagnostics; program values are checked strictly.
@@ -72,11 +77,15 @@ class Channel:
             except OSError:
                 os._exit(0)  # the server is gone
 
-    def receive(self):
+    def _read_line(self):
         line = self._in.readline()
         if not line:
             os._exit(0)  # EOF: the server is gone, never outlive it
-        return json.loads(line)
+        return line
+
+    def receive_run(self):
+        """The first message (blocks until it arrives); the reader thread reads it."""
+        return json.loads(self._first.get())
 
     def open_request(self, deliver):
         """Reserve the next id; its result goes to deliver(message). Register before sending: no race."""
@@ -90,10 +99,12 @@ class Channel:
             self._pending.pop(request_id, None)
 
     def serve_results(self):
-        """Reader thread: route `result` messages to their waiters; ignore anything else."""
+        """Reader thread: hand the first line to the main thread, then route `result` messages to their waiters;
+        ignore anything else. It runs from start-up so that a run does not wait for a thread to start."""
+        self._first.put(self._read_line())
         while True:
             try:
-                message = self.receive()
+                message = json.loads(self._read_line())
                 request_id = message["id"] if message.get("type") == "result" else None
             except Exception:  # malformed line: never let the reader thread die
                 continue
@@ -170,17 +181,39 @@ def take_over_fds():
     return channel, sink, read_end, streams
 
 
-def pump_output(sink, fd):
-    """Output thread: forward what is written to fds 1/2 (os.write, C code, children) until EOF."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # keeps split multi-byte chars
-    while True:
-        try:
-            chunk = os.read(fd, READ_CHUNK)
-        except OSError:  # e.g. the program closed our fd
-            chunk = b""
-        sink.forward(decoder.decode(chunk, final=not chunk), len(chunk))
-        if not chunk:
-            return
+class FdDrain:
+    """Forwards what is written to fds 1/2 (os.write, C code, children) from the pipe behind them: a thread drains
+    it as data arrives, and finish() drains the rest itself under the same lock, so nothing is lost, reordered or
+    waited for."""
+
+    def __init__(self, sink, fd):
+        os.set_blocking(fd, False)
+        self._sink = sink
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # keeps split multi-byte chars
+        self._eof = False
+
+    def run(self):
+        while not self._eof:
+            try:
+                select.select([self._fd], [], [])
+            except (OSError, ValueError):  # the program closed our fd
+                return
+            self.drain(deadline=None)
+
+    def drain(self, deadline):
+        """Forward what the pipe holds now (until `deadline`, as a writer kept alive by the program may never stop)."""
+        with self._lock:
+            while not self._eof and (deadline is None or time.monotonic() < deadline):
+                try:
+                    chunk = os.read(self._fd, READ_CHUNK)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    chunk = b""
+                self._eof = not chunk
+                self._sink.forward(self._decoder.decode(chunk, final=self._eof), len(chunk))
 
 
 def parse_run(message):
@@ -394,8 +427,8 @@ def format_one(exc, seen):
     return "".join(lines)
 
 
-def finish(channel, pump, streams, error):
-    """Flush program output, let the drain see EOF (briefly: the program may hold a dup of fd 1), send done."""
+def finish(channel, drain, streams, error):
+    """Flush program output, point fds 1/2 away from the pipe, forward what it still holds, send done."""
     for stream in (sys.stdout, sys.stderr, *streams):
         try:
             stream.flush()
@@ -404,27 +437,28 @@ def finish(channel, pump, streams, error):
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(null, 2)
-    pump.join(0.5)
+    drain.drain(deadline=time.monotonic() + FINAL_DRAIN_SECONDS)
     channel.send({"type": "done", "error": error}, last=True)
     os._exit(0)  # never wait for threads the program left behind
 
 
 def main():
     channel, sink, output_fd, streams = take_over_fds()
+    # Both threads start before `ready`, so a run never waits for one to be scheduled. Nothing prints before the
+    # program does, so the output cap can arrive with the `run` message.
+    drain = FdDrain(sink, output_fd)
+    threading.Thread(target=drain.run, name="ptc-output", daemon=True).start()
+    threading.Thread(target=channel.serve_results, name="ptc-reader", daemon=True).start()
     channel.send({"type": "ready", "version": PROTOCOL_VERSION})
     try:
-        code, tools, limit = parse_run(channel.receive())
+        code, tools, limit = parse_run(channel.receive_run())
     except Exception as e:
         channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
                      last=True)
         os._exit(0)
-    # Threads start only now: the cap is known, and output written earlier simply waits in the pipe.
     sink.limit = limit
-    pump = threading.Thread(target=pump_output, args=(sink, output_fd), name="ptc-output", daemon=True)
-    pump.start()
-    threading.Thread(target=channel.serve_results, name="ptc-reader", daemon=True).start()
     error = run_program(code, make_globals(channel, tools, limit))
-    finish(channel, pump, streams, error)
+    finish(channel, drain, streams, error)
 
 
 main()

@@ -82,6 +82,8 @@ impl Engine {
             Err(error) => return RunReport::failed(error),
         };
         let context = run::RunContext { registry: &self.registry, settings: &self.settings, code, deadline, cancel };
-        run::drive(runner, context).await
+        let report = run::drive(runner, context).await;
+        self.pool.refill();
+        report
     }
 }

@@ -79,11 +79,10 @@ impl RunnerPool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A ready runner: from the pool if one is waiting, else started now (ready by `deadline`). Either way the
-    /// pool starts refilling.
-    pub async fn take(self: &Arc<Self>, deadline: tokio::time::Instant) -> Result<ReadyRunner, String> {
+    /// A ready runner: from the pool if one is waiting, else started now (ready by `deadline`). The caller
+    /// refills the pool once its run is over, so that starting runners does not compete with the run for CPU.
+    pub async fn take(&self, deadline: tokio::time::Instant) -> Result<ReadyRunner, String> {
         let pooled = self.state().ready.pop_front();
-        self.refill();
         match pooled {
             Some(runner) => Ok(runner),
             None => start_ready(self.backend.as_ref(), &self.request, deadline).await,

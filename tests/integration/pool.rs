@@ -28,7 +28,10 @@ fn runners_under(dir: &Path) -> Vec<String> {
 #[tokio::test]
 async fn pooled_runs_each_get_a_fresh_interpreter_and_scratch_dir() {
     let ptc = Ptc::start(&config(&[], "  pool_size: 2\n")).await;
-    let code = "import os, sys\nprint(os.getpid(), os.listdir('.'), hasattr(sys, 'ptc_marker'))\nsys.ptc_marker = 1\nopen('left-behind', 'w').close()";
+    // pid:string-hash names the interpreter on the host and in a container (where every runner is pid 1): string
+    // hashes are salted afresh by every interpreter.
+    let code = "import os, sys\nprint(f'{os.getpid()}:{hash(\"ptc\")}', os.listdir('.'), hasattr(sys, 'ptc_marker'))\n\
+                sys.ptc_marker = 1\nopen('left-behind', 'w').close()";
     let mut pids = Vec::new();
     for _ in 0..4 {
         let text = ptc.execute(code).await.expect_ok();
