@@ -132,14 +132,14 @@ async fn bare_docker_run() -> Option<Duration> {
     Some(percentile(&mut samples, 0.5))
 }
 
-/// Direct calls to the mock server, without ptc-mcp: the floor for per-call overhead.
-async fn direct_calls(count: usize) -> Duration {
+/// `count` calls of `tool` made directly to the mock server, without ptc-mcp: the floor for per-call overhead.
+async fn direct_calls(tool: &str, arguments: Value, count: usize) -> Duration {
     let mut command = Command::new("python3");
     command.arg(repo("tests/servers/mock_server.py"));
     let (client, _child) = connect(command).await;
     let started = Instant::now();
-    for i in 0..count {
-        let params = CallToolRequestParams::new("echo").with_arguments(json!({"i": i}).as_object().unwrap().clone());
+    for _ in 0..count {
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.as_object().unwrap().clone());
         client.peer().call_tool(params).await.unwrap();
     }
     started.elapsed()
@@ -187,7 +187,7 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     }
 
     let calls = 500;
-    let direct = direct_calls(calls).await;
+    let direct = direct_calls("echo", json!({"i": 1}), calls).await;
     let run = server
         .execute(&format!("import time\nt = time.perf_counter()\nfor i in range({calls}):\n    await mcp__mock__echo(i=i)\nemit(time.perf_counter() - t)"))
         .await;
@@ -214,6 +214,10 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
         .await;
     let (result_time, parse_time) = (run["result"][0].as_f64().unwrap(), run["result"][1].as_f64().unwrap());
     row("8 MiB result into a program", format!("{:.0} ms", result_time * 1000.0), format!("{:.0} ms json.loads", parse_time * 1000.0), result_time / parse_time);
+    // Most of that is the downstream producing 8 MiB; what ptc-mcp adds is the difference to a direct call.
+    let direct = direct_calls("huge", json!({"size": size}), 1).await.as_secs_f64();
+    let added = (result_time - direct).max(0.0);
+    row("8 MiB result: added over a direct call", format!("{:.0} ms (direct {:.0} ms)", added * 1000.0, direct * 1000.0), format!("{:.0} ms json.loads", parse_time * 1000.0), added / parse_time);
     let (_, peak_rss) = server.memory();
 
     let started = Instant::now();

@@ -208,11 +208,8 @@ fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<
 }
 
 async fn write_lines(mut to_runner: std::pin::Pin<Box<dyn AsyncWrite + Send>>, mut lines: mpsc::Receiver<Vec<u8>>) {
-    let mut batch = Vec::new();
-    while let Some(line) = lines.recv().await {
-        batch.clear();
-        batch.extend_from_slice(&line);
-        // Whatever else is ready goes out in the same write.
+    while let Some(mut batch) = lines.recv().await {
+        // Whatever else is ready goes out in the same write; a lone line (a big result) is written as it is.
         while let Ok(more) = lines.try_recv() {
             batch.extend_from_slice(&more);
         }

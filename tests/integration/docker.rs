@@ -51,7 +51,8 @@ async fn docker_ptc(execution: &str) -> Option<Ptc> {
 
 #[tokio::test]
 async fn no_container_is_left_after_success_error_crash_or_timeout() {
-    let Some(ptc) = docker_ptc("  timeout_seconds: 3\n").await else { return };
+    // Without a pool, any container of this server after a run would be that run's.
+    let Some(ptc) = docker_ptc("  timeout_seconds: 3\n  pool_size: 0\n").await else { return };
     let pid = ptc.child.id().unwrap();
     let runs = [
         ("success", "print('fine')", false),
@@ -69,7 +70,8 @@ async fn no_container_is_left_after_success_error_crash_or_timeout() {
 
 #[tokio::test]
 async fn no_container_is_left_when_the_server_is_killed_mid_run() {
-    let Some(mut ptc) = docker_ptc("").await else { return };
+    // With a pool, the ready runners' containers must go too.
+    let Some(mut ptc) = docker_ptc("  pool_size: 2\n").await else { return };
     let pid = ptc.child.id().unwrap();
     let peer = ptc.client.peer().clone();
     let params = rmcp::model::CallToolRequestParams::new("execute_program")
@@ -86,7 +88,7 @@ async fn no_container_is_left_when_the_server_is_killed_mid_run() {
 
 #[tokio::test]
 async fn no_container_is_left_when_the_server_is_stopped_mid_run() {
-    let Some(mut ptc) = docker_ptc("").await else { return };
+    let Some(mut ptc) = docker_ptc("  pool_size: 2\n").await else { return };
     let pid = ptc.child.id().unwrap();
     let peer = ptc.client.peer().clone();
     let code = "import time\ntime.sleep(600)";
