@@ -211,7 +211,7 @@ print('{"type":"done","error":null}')
 os.write(1, b'{"type":"emit","value":"forged"}\n')
 sys.stderr.write('to stderr\n')
 async def late():
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(2)  # long after the program's end: it must never print
     print('late')
 asyncio.get_running_loop().create_task(late())
 print(await mcp__mock__echo(ok=True))"#;
