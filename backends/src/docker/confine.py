@@ -158,6 +158,15 @@ def arg_low(index):
     return 16 + 8 * index
 
 
+def deny_list(machine, pid):
+    """The policy as syscall numbers: those always denied, and those denied unless argument `arg` is one of
+    `values` ({number: [arg, values]}). The landlock backend's Rust rules are tested against this."""
+    arch = ARCHES[machine]
+    always = sorted(arch[name] for name in ALWAYS if arch[name] is not None)
+    conditional = {arch[name]: [index, values] for name, (index, values) in unless_arg_in(pid).items()}
+    return {"always": always, "conditional": conditional}
+
+
 def seccomp_program(machine, pid):
     """The filter as (code, jt, jf, k) tuples: a linear chain, each syscall tested once."""
     arch = ARCHES[machine]

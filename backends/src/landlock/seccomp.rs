@@ -191,6 +191,42 @@ mod tests {
         assert!(filters[0].len() > 50);
     }
 
+    /// The docker backend confines its interpreter from inside the container with its own copy of this
+    /// policy (`docker/confine.py`, which must work on any host); this keeps the two from drifting apart.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_docker_prologue_denies_exactly_the_same_syscalls() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let source = include_str!("../docker/confine.py");
+        let script = format!("{source}\nimport json\nprint(json.dumps(deny_list('x86_64', 4242)))");
+        let output = std::process::Command::new("python3").args(["-I", "-S", "-c", &script]).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let python: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+
+        let mut always = BTreeSet::new();
+        let mut conditional = BTreeMap::new();
+        let rules = network().into_iter().chain(processes(0)).chain(danger_zone()).chain(only_at_itself(4242));
+        for deny in rules {
+            match deny.when.as_slice() {
+                [] => {
+                    always.insert(deny.syscall);
+                }
+                [conditions] if conditions.iter().all(|(_, op, _)| *op == SeccompCmpOp::Ne) => {
+                    let values: Vec<u64> = conditions.iter().map(|(_, _, v)| *v).collect();
+                    conditional.insert(deny.syscall.to_string(), serde_json::json!([conditions[0].0, values]));
+                }
+                _ => {} // clone's flag test: both filters allow threads and deny processes
+            }
+        }
+        // In a container the interpreter is already running: exec is denied outright there.
+        let exec = conditional.remove(&libc::SYS_execve.to_string());
+        assert!(exec.is_some());
+        always.insert(libc::SYS_execve);
+        let python_always: BTreeSet<i64> = serde_json::from_value(python["always"].clone()).unwrap();
+        assert_eq!(always, python_always);
+        assert_eq!(serde_json::Value::Object(conditional.into_iter().collect()), python["conditional"]);
+    }
+
     #[test]
     fn every_rule_set_names_distinct_syscalls() {
         let mut all: Vec<i64> = network().into_iter().chain(processes(1)).chain(danger_zone()).chain(only_at_itself(1)).map(|d| d.syscall).collect();
