@@ -132,9 +132,13 @@ impl RunnerControl for HostControl {
     }
 
     async fn kill(&mut self) {
+        self.start_kill();
+        self.wait().await;
+    }
+
+    fn start_kill(&mut self) {
         self.kill_group();
         let _ = self.child.start_kill();
-        self.wait().await;
     }
 
     fn stderr_tail(&self) -> String {

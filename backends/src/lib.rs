@@ -107,8 +107,11 @@ impl std::fmt::Display for ExitInfo {
 pub trait RunnerControl: Send {
     /// Resolves when the runner's main process has exited. Must not wait for its pipes to close.
     async fn wait(&mut self) -> ExitInfo;
-    /// Kills the runner and everything it started. Idempotent; also done on drop.
+    /// Kills the runner and everything it started, and waits until they are gone. Idempotent; also done on drop.
     async fn kill(&mut self);
+    /// Sends the kill without waiting for it to take effect (a run's result need not wait for the reaping);
+    /// `kill` still follows. Backends whose kill is only asynchronous leave it to `kill`.
+    fn start_kill(&mut self) {}
     /// The last few KiB the runner wrote to stderr (diagnostics, never shown as program output).
     fn stderr_tail(&self) -> String;
 }

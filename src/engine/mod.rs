@@ -14,6 +14,7 @@ use std::time::Duration;
 use ptc_backends::{Availability, SandboxBackend, SpawnRequest};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::ExecutionConfig;
 use crate::registry::Registry;
@@ -27,6 +28,8 @@ pub struct Engine {
     backend: Arc<dyn SandboxBackend>,
     availability: OnceCell<Availability>,
     pool: Arc<RunnerPool>,
+    /// Runners of finished runs still being reaped and cleaned up.
+    cleanups: TaskTracker,
     registry: Arc<Registry>,
     settings: ExecutionConfig,
 }
@@ -35,7 +38,7 @@ impl Engine {
     pub fn new(backend: Arc<dyn SandboxBackend>, registry: Arc<Registry>, settings: ExecutionConfig) -> Self {
         let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
         let pool = RunnerPool::new(Arc::clone(&backend), request, settings.pool_size);
-        Engine { backend, availability: OnceCell::new(), pool, registry, settings }
+        Engine { backend, availability: OnceCell::new(), pool, cleanups: TaskTracker::new(), registry, settings }
     }
 
     pub fn settings(&self) -> &ExecutionConfig {
@@ -59,10 +62,12 @@ impl Engine {
             .await
     }
 
-    /// At shutdown: kills the runners waiting in the pool and lets the backend remove what it keeps outside
-    /// this process, so that nothing outlives the server.
+    /// At shutdown: kills the runners waiting in the pool, finishes cleaning up after past runs, and lets the
+    /// backend remove what it keeps outside this process, so that nothing outlives the server.
     pub async fn shutdown(&self) {
         self.pool.close();
+        self.cleanups.close();
+        self.cleanups.wait().await;
         self.backend.shutdown().await;
     }
 
@@ -81,7 +86,14 @@ impl Engine {
             Ok(runner) => runner,
             Err(error) => return RunReport::failed(error),
         };
-        let context = run::RunContext { registry: &self.registry, settings: &self.settings, code, deadline, cancel };
+        let context = run::RunContext {
+            registry: &self.registry,
+            settings: &self.settings,
+            code,
+            deadline,
+            cancel,
+            cleanups: &self.cleanups,
+        };
         let report = run::drive(runner, context).await;
         self.pool.refill();
         report

@@ -12,6 +12,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::lines::read_line;
 use super::output::OutputBuffer;
@@ -33,6 +34,8 @@ pub(super) struct RunContext<'a> {
     pub code: &'a str,
     pub deadline: tokio::time::Instant,
     pub cancel: CancellationToken,
+    /// Where the run's clean-up goes on after its result (waited for at shutdown).
+    pub cleanups: &'a TaskTracker,
 }
 
 /// How the protocol loop ended.
@@ -99,7 +102,10 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     calls.abort_all();
     let cancelled = report.trace.cancel_in_flight();
     writer.abort();
-    control.kill().await;
+    // Everything the run started is killed now; reaping it and removing its scratch directory or container
+    // take milliseconds that the result does not wait for.
+    control.start_kill();
+    cx.cleanups.spawn(async move { control.kill().await });
     report.output = output.finish();
     let in_flight = if cancelled > 0 { format!("; {cancelled} tool call(s) still running were cancelled") } else { String::new() };
     let error = match ending {

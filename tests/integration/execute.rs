@@ -169,7 +169,13 @@ async fn the_working_directory_is_a_fresh_scratch_dir_removed_afterwards() {
     let text = ptc.execute(code).await.expect_ok();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(&lines[2..], ["['f.txt']", "True"]);
-    assert!(!std::path::Path::new(lines[1]).exists(), "scratch dir {} survived the run", lines[1]);
+    // It is removed just after the result is sent.
+    let removed = async {
+        while std::path::Path::new(lines[1]).exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    assert!(tokio::time::timeout(Duration::from_secs(5), removed).await.is_ok(), "scratch dir {} survived the run", lines[1]);
     let second = ptc.execute("import os\nprint(os.getcwd())\nprint(os.listdir('.'))").await.expect_ok();
     assert_eq!(second.lines().nth(2), Some("[]"), "each run gets a fresh scratch dir");
     if sandbox_under_test() != "docker" {
