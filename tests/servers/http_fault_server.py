@@ -218,12 +218,19 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- methods ----------------------------------------------------------------------------------
 
-    def do_GET(self):
+    def refused(self):
+        """Answers the request itself when credentials are wrong or --fail is set; then the caller stops."""
         if not self.authorized():
-            return
+            return True
         if OPTIONS.fail:
             record("failed")
-            return self.bare_status(OPTIONS.fail)
+            self.bare_status(OPTIONS.fail)
+            return True
+        return False
+
+    def do_GET(self):
+        if self.refused():
+            return
         path = urlsplit(self.path).path
         if OPTIONS.legacy_sse and path == "/sse":
             return self.legacy_stream()
@@ -242,11 +249,8 @@ class Handler(BaseHTTPRequestHandler):
         self.bare_status(405)
 
     def do_POST(self):
-        if not self.authorized():
+        if self.refused():
             return
-        if OPTIONS.fail:
-            record("failed")
-            return self.bare_status(OPTIONS.fail)
         path = urlsplit(self.path).path
         if OPTIONS.legacy_sse and path in ("/message", "/messages/"):
             return self.legacy_post()
