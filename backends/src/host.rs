@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tempfile::TempDir;
@@ -11,11 +10,26 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, Command};
 
 use crate::protocol::RUNNER_SOURCE;
+use crate::tail::StderrTail;
 use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError, SpawnRequest, rlimits};
 
 /// Interpreter arguments that start the embedded runner: isolated mode, no `site` (standard library only).
 pub(crate) fn runner_args() -> Vec<String> {
     ["-I", "-S", "-c", RUNNER_SOURCE].map(String::from).to_vec()
+}
+
+/// A command for a runner process: empty environment, piped stdio (the channel and diagnostics), its own
+/// process group, killed if dropped.
+pub(crate) fn runner_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    command
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    command
 }
 
 /// Starts `argv` (built for the run's scratch directory) as a runner: an empty environment except `HOME`
@@ -28,18 +42,8 @@ pub(crate) fn spawn_confined(
     let scratch = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
     let argv = argv(scratch.path());
     let (program, args) = argv.split_first().expect("a command line has a program");
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .env_clear()
-        .env("HOME", scratch.path())
-        .env("TMPDIR", scratch.path())
-        .current_dir(scratch.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+    let mut command = runner_command(program);
+    command.args(args).env("HOME", scratch.path()).env("TMPDIR", scratch.path()).current_dir(scratch.path());
     let rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout));
     // SAFETY: the closure only makes async-signal-safe syscalls (setrlimit, prctl).
     unsafe {
@@ -66,9 +70,6 @@ fn confine(rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// How much of the runner's stderr is kept for diagnostics.
-const STDERR_TAIL_BYTES: usize = 4096;
-
 /// Wraps a spawned child (started with `process_group(0)` and piped stdio) into a [`RunnerProcess`]. The
 /// scratch directory lives as long as the runner and is removed after it is killed.
 pub(crate) fn host_runner(mut child: Child, scratch: TempDir) -> Result<RunnerProcess, SpawnError> {
@@ -79,20 +80,17 @@ pub(crate) fn host_runner(mut child: Child, scratch: TempDir) -> Result<RunnerPr
     let to_runner = child.stdin.take().ok_or_else(|| missing("stdin"))?;
     let from_runner = child.stdout.take().ok_or_else(|| missing("stdout"))?;
     let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
-    let tail = Arc::new(Mutex::new(Vec::new()));
-    tokio::spawn(keep_stderr_tail(stderr, Arc::clone(&tail)));
+    let tail = StderrTail::default();
+    tokio::spawn(keep_stderr_tail(stderr, tail.clone()));
     let pgid = child.id().map(|pid| pid as libc::pid_t);
     let control = HostControl { child, pgid, exited: None, stderr_tail: tail, _scratch: scratch };
     Ok(RunnerProcess { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), control: Box::new(control) })
 }
 
-async fn keep_stderr_tail(mut stderr: ChildStderr, tail: Arc<Mutex<Vec<u8>>>) {
+async fn keep_stderr_tail(mut stderr: ChildStderr, tail: StderrTail) {
     let mut buf = [0u8; 4096];
     while let Ok(n @ 1..) = stderr.read(&mut buf).await {
-        let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-        tail.extend_from_slice(&buf[..n]);
-        let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-        tail.drain(..excess);
+        tail.push(&buf[..n]);
     }
 }
 
@@ -101,7 +99,7 @@ struct HostControl {
     /// The runner's process group (its own pid); `None` if it had already exited when spawned.
     pgid: Option<libc::pid_t>,
     exited: Option<ExitInfo>,
-    stderr_tail: Arc<Mutex<Vec<u8>>>,
+    stderr_tail: StderrTail,
     /// Dropped (removed) after the control, i.e. after the group is killed.
     _scratch: TempDir,
 }
@@ -142,8 +140,7 @@ impl RunnerControl for HostControl {
     }
 
     fn stderr_tail(&self) -> String {
-        let tail = self.stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
-        String::from_utf8_lossy(&tail).into_owned()
+        self.stderr_tail.text()
     }
 }
 

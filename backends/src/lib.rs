@@ -14,6 +14,7 @@ pub mod protocol;
 mod python;
 mod rlimits;
 mod seatbelt;
+mod tail;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -9,7 +9,6 @@ pub mod spec;
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,6 +26,7 @@ pub use spec::DockerSettings;
 use spec::{LABEL, confined_source, container_body, runner_command};
 
 use crate::{Availability, ExitInfo, Limits, RunnerControl, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
+use crate::tail::StderrTail;
 
 /// How long the availability probe (one confined container) may take; the first start of an image on a
 /// busy engine can be slow.
@@ -35,8 +35,6 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Stale containers (never started, or not removed by the engine) older than this are removed at start-up.
 const STALE_AFTER: Duration = Duration::from_secs(120);
-/// How much of the runner's stderr is kept for diagnostics.
-const STDERR_TAIL_BYTES: usize = 4096;
 /// Printed by the probe: the interpreter the image has, after the confinement prologue ran.
 const PROBE_SCRIPT: &str = "import json, os, sys\nprint(json.dumps({'executable': sys.executable, \
 'version': '%d.%d.%d' % sys.version_info[:3], 'machine': os.uname().machine}))";
@@ -206,9 +204,9 @@ impl DockerBackend {
         let attached = docker.attach_container(&id, Some(attach)).await.map_err(|e| StartError::Attach(e.to_string()))?;
         docker.start_container(&id, None).await.map_err(|e| StartError::Start(e.to_string()))?;
         guard.armed = false;
-        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+        let stderr_tail = StderrTail::default();
         let (pipe_in, pipe_out) = tokio::io::duplex(64 * 1024);
-        tokio::spawn(demultiplex(attached.output, pipe_in, Arc::clone(&stderr_tail)));
+        tokio::spawn(demultiplex(attached.output, pipe_in, stderr_tail.clone()));
         let control = DockerControl { docker: docker.clone(), id, waiter, exited: None, stderr_tail, removed: false };
         let from_runner: Pin<Box<dyn AsyncRead + Send>> = Box::pin(pipe_out);
         Ok(RunnerProcess { to_runner: attached.input, from_runner, control: Box::new(control) })
@@ -311,7 +309,7 @@ fn exit_info(code: i64) -> ExitInfo {
 async fn demultiplex(
     mut output: Pin<Box<dyn futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>> + Send>>,
     mut channel: tokio::io::DuplexStream,
-    tail: Arc<Mutex<Vec<u8>>>,
+    tail: StderrTail,
 ) {
     use bollard::container::LogOutput;
     let mut channel_open = true;
@@ -321,12 +319,7 @@ async fn demultiplex(
                 // The reader went away: keep draining (stderr may still come) without forwarding.
                 channel_open = channel.write_all(&message).await.is_ok();
             }
-            LogOutput::StdErr { message } => {
-                let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-                tail.extend_from_slice(&message);
-                let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-                tail.drain(..excess);
-            }
+            LogOutput::StdErr { message } => tail.push(&message),
             _ => {}
         }
     }
@@ -397,7 +390,7 @@ struct DockerControl {
     /// Resolves when the container is gone, with how it ended.
     waiter: JoinHandle<ExitInfo>,
     exited: Option<ExitInfo>,
-    stderr_tail: Arc<Mutex<Vec<u8>>>,
+    stderr_tail: StderrTail,
     /// The container is gone (or its removal was attempted after a kill).
     removed: bool,
 }
@@ -430,8 +423,7 @@ impl RunnerControl for DockerControl {
     }
 
     fn stderr_tail(&self) -> String {
-        let tail = self.stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
-        String::from_utf8_lossy(&tail).into_owned()
+        self.stderr_tail.text()
     }
 }
 

@@ -9,13 +9,12 @@ pub mod policy;
 mod seccomp;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::process::Command;
 
-use crate::host::{host_runner, runner_args};
+use crate::host::{host_runner, runner_args, runner_command};
 use crate::python::ResolvedPython;
 use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
 use policy::{PlanRequest, Policy, inspect, plan};
@@ -67,16 +66,8 @@ impl LandlockBackend {
 }
 
 fn helper_command(helper: &Path, policy: &Policy) -> Command {
-    let mut command = Command::new(helper);
-    command
-        .arg(HELPER_SUBCOMMAND)
-        .arg(serde_json::to_string(policy).expect("policies serialise"))
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+    let mut command = runner_command(helper);
+    command.arg(HELPER_SUBCOMMAND).arg(serde_json::to_string(policy).expect("policies serialise"));
     command
 }
 
