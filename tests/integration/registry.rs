@@ -128,6 +128,14 @@ async fn a_crashed_server_is_reconnected_and_its_tools_come_back() {
     let before = outcome(&ptc, "mcp__mock__counter()").await;
     let crashed = outcome(&ptc, "mcp__mock__crash()").await;
     assert_eq!(crashed, "ToolError: 'mcp__mock__crash' failed: the connection to server 'mock' was lost");
+    // The second start happens only after the lost session was taken down, so the tools listed from then
+    // on are the new session's (before it, the old listing may still be in place for a moment).
+    let restarted = async {
+        while std::fs::read_to_string(&state).unwrap_or_default().lines().count() < 2 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    assert!(tokio::time::timeout(Duration::from_secs(10), restarted).await.is_ok(), "the server was not restarted");
     let names = ptc.wait_for_tools(Duration::from_secs(10), |names| names.contains(&"mcp__mock__counter".to_string())).await;
     assert!(names.contains(&"mcp__mock__counter".to_string()), "tools came back: {names:?}");
     let after = outcome(&ptc, "mcp__mock__counter()").await;
