@@ -178,6 +178,9 @@ impl Registry {
     }
 
     fn rebuild_catalog(&self) {
+        // Held while the states are read: rebuilds by concurrent supervisors happen one after the other, so
+        // the last one written has seen every state change before it (no stale catalog can win).
+        let mut current = self.catalog.write().unwrap_or_else(|e| e.into_inner());
         let entries: Vec<Arc<ToolEntry>> = self
             .servers
             .iter()
@@ -190,7 +193,7 @@ impl Registry {
         for collision in &catalog.collisions {
             tracing::warn!("{collision}");
         }
-        *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        *current = Arc::new(catalog);
     }
 }
 
