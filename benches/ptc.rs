@@ -48,7 +48,8 @@ fn sandbox_keys(sandbox: &str) -> String {
 async fn start(sandbox: &str, execution: &str) -> (Server, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
-    let text = format!("servers:\n{}execution:\n  sandbox: {sandbox}\n{}{execution}", mock_entry(), sandbox_keys(sandbox));
+    let text =
+        format!("servers:\n{}execution:\n  sandbox: {sandbox}\n{}{execution}", mock_entry(), sandbox_keys(sandbox));
     std::fs::write(&config, text).unwrap();
     let started = Instant::now();
     let mut command = Command::new(BINARY);
@@ -67,7 +68,8 @@ async fn connect(mut command: Command) -> (RunningService<RoleClient, ()>, Child
 
 impl Server {
     async fn execute(&self, code: &str) -> Value {
-        let params = CallToolRequestParams::new("execute_program").with_arguments(json!({"code": code}).as_object().unwrap().clone());
+        let params = CallToolRequestParams::new("execute_program")
+            .with_arguments(json!({"code": code}).as_object().unwrap().clone());
         let result = self.client.peer().call_tool(params).await.unwrap();
         assert_ne!(result.is_error, Some(true), "benchmark program failed: {result:?}");
         result.structured_content.unwrap()
@@ -77,7 +79,13 @@ impl Server {
     fn memory(&self) -> (f64, f64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap_or_default();
         let field = |name: &str| {
-            status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+                .unwrap_or(0.0)
+                / 1024.0
         };
         (field("VmRSS:"), field("VmHWM:"))
     }
@@ -99,12 +107,14 @@ fn row(name: &str, value: String, baseline: String, ratio: f64) {
 /// Median time to start the real interpreter (not a PATH shim) and import what the runner needs: the floor
 /// of a run without a pool of ready runners.
 async fn bare_interpreter_start() -> Duration {
-    let which = Command::new("python3").args(["-I", "-S", "-c", "import sys; print(sys.executable)"]).output().await.unwrap();
+    let which =
+        Command::new("python3").args(["-I", "-S", "-c", "import sys; print(sys.executable)"]).output().await.unwrap();
     let python = String::from_utf8(which.stdout).unwrap().trim().to_string();
     let mut samples = Vec::new();
     for _ in 0..10 {
         let started = Instant::now();
-        let status = Command::new(&python).args(["-I", "-S", "-c", "import asyncio, json; print(1)"]).output().await.unwrap();
+        let status =
+            Command::new(&python).args(["-I", "-S", "-c", "import asyncio, json; print(1)"]).output().await.unwrap();
         assert!(status.status.success());
         samples.push(started.elapsed());
     }
@@ -139,7 +149,8 @@ async fn direct_calls(tool: &str, arguments: Value, count: usize) -> Duration {
     let (client, _child) = connect(command).await;
     let started = Instant::now();
     for _ in 0..count {
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.as_object().unwrap().clone());
+        let params =
+            CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.as_object().unwrap().clone());
         client.peer().call_tool(params).await.unwrap();
     }
     started.elapsed()
@@ -203,7 +214,12 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
         .execute("import asyncio, time\nt = time.perf_counter()\nawait asyncio.gather(*[mcp__mock__sleep(seconds=0.05) for _ in range(64)])\nemit(time.perf_counter() - t)")
         .await;
     let gathered = run["result"].as_f64().unwrap();
-    row("64 gathered 50 ms calls, concurrency 8", format!("{:.0} ms", gathered * 1000.0), "400 ms ideal".into(), gathered / 0.4);
+    row(
+        "64 gathered 50 ms calls, concurrency 8",
+        format!("{:.0} ms", gathered * 1000.0),
+        "400 ms ideal".into(),
+        gathered / 0.4,
+    );
 
     let size = 8 * 1024 * 1024;
     let run = server
@@ -213,11 +229,21 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
         ))
         .await;
     let (result_time, parse_time) = (run["result"][0].as_f64().unwrap(), run["result"][1].as_f64().unwrap());
-    row("8 MiB result into a program", format!("{:.0} ms", result_time * 1000.0), format!("{:.0} ms json.loads", parse_time * 1000.0), result_time / parse_time);
+    row(
+        "8 MiB result into a program",
+        format!("{:.0} ms", result_time * 1000.0),
+        format!("{:.0} ms json.loads", parse_time * 1000.0),
+        result_time / parse_time,
+    );
     // Most of that is the downstream producing 8 MiB; what ptc-mcp adds is the difference to a direct call.
     let direct = direct_calls("huge", json!({"size": size}), 1).await.as_secs_f64();
     let added = (result_time - direct).max(0.0);
-    row("8 MiB result: added over a direct call", format!("{:.0} ms (direct {:.0} ms)", added * 1000.0, direct * 1000.0), format!("{:.0} ms json.loads", parse_time * 1000.0), added / parse_time);
+    row(
+        "8 MiB result: added over a direct call",
+        format!("{:.0} ms (direct {:.0} ms)", added * 1000.0, direct * 1000.0),
+        format!("{:.0} ms json.loads", parse_time * 1000.0),
+        added / parse_time,
+    );
     let (_, peak_rss) = server.memory();
 
     let started = Instant::now();
@@ -227,7 +253,12 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     row("8 concurrent 0.5 s programs", ms(concurrent), "500 ms ideal".into(), concurrent.as_secs_f64() / 0.5);
 
     row("server RSS idle", format!("{idle_rss:.1} MiB"), "-".into(), 1.0);
-    row("server RSS peak (after the 8 MiB result)", format!("{peak_rss:.1} MiB"), "8 MiB result".into(), peak_rss / 8.0);
+    row(
+        "server RSS peak (after the 8 MiB result)",
+        format!("{peak_rss:.1} MiB"),
+        "8 MiB result".into(),
+        peak_rss / 8.0,
+    );
     row("cold start to initialize answered", ms(cold_start), "-".into(), 1.0);
     Some(cold_p50)
 }
@@ -244,7 +275,9 @@ async fn main() {
     }
     // What a sandbox adds to every run (its cold start), against `none` measured in the same run.
     if let Some((_, none)) = medians.iter().find(|(s, _)| s == "none").cloned() {
-        println!("\n### per-run start-up against none (pool off)\n\n| sandbox | execute `print(1)` p50 | none p50 | added per run |\n|---|---|---|---|");
+        println!(
+            "\n### per-run start-up against none (pool off)\n\n| sandbox | execute `print(1)` p50 | none p50 | added per run |\n|---|---|---|---|"
+        );
         for (sandbox, p50) in medians.iter().filter(|(s, _)| s != "none") {
             println!("| {sandbox} | {} | {} | {} |", ms(*p50), ms(none), ms(p50.saturating_sub(none)));
         }

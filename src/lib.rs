@@ -3,7 +3,7 @@
 //! program prints comes back.
 
 pub mod config;
+pub mod engine;
 pub mod naming;
 pub mod registry;
-pub mod engine;
 pub mod server;

@@ -29,8 +29,8 @@ pub use kind::SandboxKind;
 pub use landlock::LandlockBackend;
 pub use limits::Limits;
 pub use none::NoneBackend;
-pub use seatbelt::SeatbeltBackend;
 pub use python::{Python, PythonError, resolve_python};
+pub use seatbelt::SeatbeltBackend;
 
 /// What a backend can do on this machine right now.
 #[derive(Debug, Clone, PartialEq, Eq)]

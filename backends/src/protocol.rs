@@ -37,7 +37,11 @@ pub struct ProgramError {
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToRunner<'a> {
-    Run { code: &'a str, tools: &'a [String], max_output_bytes: usize },
+    Run {
+        code: &'a str,
+        tools: &'a [String],
+        max_output_bytes: usize,
+    },
     /// The answer to one `call` or `helper`: `value` (already-serialised JSON, passed through without another
     /// parse) when `ok`, else `error`. Built with [`ToRunner::success`] and [`ToRunner::failure`].
     Result {
@@ -85,7 +89,11 @@ mod tests {
             (r#"{"type":"output","data":"hi\n"}"#, FromRunner::Output { data: "hi\n".into() }),
             (
                 r#"{"type":"call","id":3,"tool":"mcp__a__b","args":{"x":1}}"#,
-                FromRunner::Call { id: 3, tool: "mcp__a__b".into(), args: json!({"x": 1}).as_object().unwrap().clone() },
+                FromRunner::Call {
+                    id: 3,
+                    tool: "mcp__a__b".into(),
+                    args: json!({"x": 1}).as_object().unwrap().clone(),
+                },
             ),
             (r#"{"type":"emit","value":[1,2]}"#, FromRunner::Emit { value: json!([1, 2]) }),
             (r#"{"type":"done","error":null}"#, FromRunner::Done { error: None }),

@@ -17,8 +17,7 @@ const ANCESTORS_MARK: &str = "@ANCESTORS@";
 
 /// The profile text for `ancestor_count` ancestor parameters (`ANCESTOR_0` …).
 pub fn render_profile(ancestor_count: usize) -> String {
-    let rules: Vec<String> =
-        (0..ancestor_count).map(|i| format!("  (literal (param \"ANCESTOR_{i}\"))")).collect();
+    let rules: Vec<String> = (0..ancestor_count).map(|i| format!("  (literal (param \"ANCESTOR_{i}\"))")).collect();
     PROFILE_TEMPLATE.replace(ANCESTORS_MARK, &rules.join("\n"))
 }
 

@@ -188,10 +188,8 @@ impl Config {
         };
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
         let lookup = |name: &str| std::env::var(name).ok();
-        let config = Config::parse(&text, &lookup).map_err(|message| ConfigError::Invalid {
-            path: path.display().to_string(),
-            message,
-        })?;
+        let config = Config::parse(&text, &lookup)
+            .map_err(|message| ConfigError::Invalid { path: path.display().to_string(), message })?;
         Ok((config, ConfigSource::File(path)))
     }
 
@@ -279,9 +277,11 @@ impl ServerConfig {
                 if self.url.as_deref().is_none_or(|u| u.trim().is_empty()) {
                     return Err(format!("{key}.url: required for transport {transport}"));
                 }
-                for (field, set) in
-                    [("command", self.command.is_some()), ("args", !self.args.is_empty()), ("env", !self.env.is_empty())]
-                {
+                for (field, set) in [
+                    ("command", self.command.is_some()),
+                    ("args", !self.args.is_empty()),
+                    ("env", !self.env.is_empty()),
+                ] {
                     if set {
                         return Err(format!("{key}.{field}: only for transport stdio, not {transport}"));
                     }
@@ -371,14 +371,14 @@ impl ToolsConfig {
 
 impl ExecutionConfig {
     fn validate(&self) -> Result<(), String> {
-        let positive_seconds = [
-            ("timeout_seconds", self.timeout_seconds),
-            ("tool_call_timeout_seconds", self.tool_call_timeout_seconds),
-        ];
+        let positive_seconds =
+            [("timeout_seconds", self.timeout_seconds), ("tool_call_timeout_seconds", self.tool_call_timeout_seconds)];
         for (key, value) in positive_seconds {
             // Also bounds the value so Duration::from_secs_f64 cannot panic.
             if !(value > 0.0 && value <= 86_400.0) {
-                return Err(format!("execution.{key}: must be a number of seconds above 0 and at most 86400, got {value}"));
+                return Err(format!(
+                    "execution.{key}: must be a number of seconds above 0 and at most 86400, got {value}"
+                ));
             }
         }
         let positive_counts = [

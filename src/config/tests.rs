@@ -107,8 +107,14 @@ fn errors_name_the_key_and_what_is_expected() {
         ("execution:\n  trace: full\n", "execution.trace: unknown variant `full`"),
         ("servers:\n  - name: a\n    transport: stdio\n", "servers[0] ('a').command: required for transport stdio"),
         ("servers:\n  - name: a\n    transport: http\n", "servers[0] ('a').url: required for transport http"),
-        ("servers:\n  - name: a\n    transport: sse\n    url: u\n    command: c\n", "servers[0] ('a').command: only for transport stdio"),
-        ("servers:\n  - name: a\n    command: c\n    url: u\n", "servers[0] ('a').url: only for transports http and sse"),
+        (
+            "servers:\n  - name: a\n    transport: sse\n    url: u\n    command: c\n",
+            "servers[0] ('a').command: only for transport stdio",
+        ),
+        (
+            "servers:\n  - name: a\n    command: c\n    url: u\n",
+            "servers[0] ('a').url: only for transports http and sse",
+        ),
         ("servers:\n  - name: a\n    command: c\n    colour: red\n", "servers[0].colour: unknown field `colour`"),
         ("servers:\n  - name: ''\n    command: c\n", "servers[0].name: must not be empty"),
         ("tools:\n  allow: ['a']\n  block: ['b']\n", "tools: 'allow' and 'block' are mutually exclusive"),
@@ -170,9 +176,15 @@ fn remote_urls_and_headers_are_checked_after_expansion_without_showing_values() 
     let cases = [
         (server("u", ""), "servers[0] ('r').url: not a valid URL (relative URL without a base)"),
         (server("ftp://h/x", ""), "servers[0] ('r').url: must be an http:// or https:// URL"),
-        (server("http://h/mcp", "\"Bad Name\": x"), "servers[0] ('r').headers: 'Bad Name' is not a valid HTTP header name"),
+        (
+            server("http://h/mcp", "\"Bad Name\": x"),
+            "servers[0] ('r').headers: 'Bad Name' is not a valid HTTP header name",
+        ),
         (server("http://h/mcp", "Accept: x"), "servers[0] ('r').headers.Accept: set by ptc-mcp itself"),
-        (server("http://h/mcp", "X-Key: \"a\\nsecret\""), "servers[0] ('r').headers.X-Key: the value (after ${VAR} expansion) is not"),
+        (
+            server("http://h/mcp", "X-Key: \"a\\nsecret\""),
+            "servers[0] ('r').headers.X-Key: the value (after ${VAR} expansion) is not",
+        ),
     ];
     for (text, expected) in cases {
         let err = parse(&text).unwrap_err();

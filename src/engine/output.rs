@@ -60,6 +60,9 @@ mod tests {
         out.push("abcdé");
         out.push("more");
         let text = out.finish();
-        assert!(text.starts_with("abcd\n[output truncated: the program printed more than max_output_bytes (5)"), "{text}");
+        assert!(
+            text.starts_with("abcd\n[output truncated: the program printed more than max_output_bytes (5)"),
+            "{text}"
+        );
     }
 }

@@ -43,7 +43,9 @@ pub async fn start_ready(
                 return Ok(ReadyRunner { to_runner: runner.to_runner, reader, control });
             }
             Ok(FromRunner::Ready { version }) => {
-                format!("the runner speaks protocol version {version}, the server {PROTOCOL_VERSION}; reinstall ptc-mcp")
+                format!(
+                    "the runner speaks protocol version {version}, the server {PROTOCOL_VERSION}; reinstall ptc-mcp"
+                )
             }
             _ => "the runner did not start with a ready message".to_string(),
         },

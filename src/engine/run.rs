@@ -107,22 +107,22 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     control.start_kill();
     cx.cleanups.spawn(async move { control.kill().await });
     report.output = output.finish();
-    let in_flight = if cancelled > 0 { format!("; {cancelled} tool call(s) still running were cancelled") } else { String::new() };
+    let in_flight =
+        if cancelled > 0 { format!("; {cancelled} tool call(s) still running were cancelled") } else { String::new() };
     let error = match ending {
         Ending::Done(None) => report.error.take(),
         Ending::Done(Some(error)) if error.message.trim().is_empty() => Some(error.kind),
         Ending::Done(Some(error)) => Some(error.message),
-        Ending::Timeout => Some(format!(
-            "TimeoutError: Execution exceeded {}s limit{in_flight}",
-            cx.settings.timeout_seconds
-        )),
+        Ending::Timeout => {
+            Some(format!("TimeoutError: Execution exceeded {}s limit{in_flight}", cx.settings.timeout_seconds))
+        }
         Ending::Cancelled => Some(format!("ExecutionError: the client cancelled the run{in_flight}")),
         Ending::Broken(why) => Some(format!(
             "ExecutionError: the program corrupted its channel to the server ({why}); the run was stopped{in_flight}"
         )),
-        Ending::Exited(info) => Some(format!(
-            "ExecutionError: the interpreter ended before the program finished ({info}){in_flight}"
-        )),
+        Ending::Exited(info) => {
+            Some(format!("ExecutionError: the interpreter ended before the program finished ({info}){in_flight}"))
+        }
     };
     report.error = error;
     report

@@ -113,8 +113,14 @@ impl Trace {
         let mut out = format!("[tool calls: {}{failed}; {:.1}s]", self.calls.len(), self.busy_time().as_secs_f64());
         for call in failures.iter().take(MAX_LISTED_FAILURES) {
             match call.status {
-                CallStatus::Cancelled => out.push_str(&format!("\n  cancelled: {} (still running when the run ended)", call.tool)),
-                _ => out.push_str(&format!("\n  failed: {}: {}", call.tool, call.error.as_deref().unwrap_or("unknown error"))),
+                CallStatus::Cancelled => {
+                    out.push_str(&format!("\n  cancelled: {} (still running when the run ended)", call.tool))
+                }
+                _ => out.push_str(&format!(
+                    "\n  failed: {}: {}",
+                    call.tool,
+                    call.error.as_deref().unwrap_or("unknown error")
+                )),
             }
         }
         if failures.len() > MAX_LISTED_FAILURES {

@@ -97,7 +97,8 @@ impl Catalog {
                 catalog.tools.insert(name, entries.pop().expect("one entry"));
                 continue;
             }
-            let who: Vec<String> = entries.iter().map(|e| format!("'{}' of server '{}'", e.tool.name, e.server)).collect();
+            let who: Vec<String> =
+                entries.iter().map(|e| format!("'{}' of server '{}'", e.tool.name, e.server)).collect();
             catalog.collisions.push(format!("{} all map to '{name}'; none of them is callable", who.join(", ")));
         }
         catalog
@@ -114,7 +115,8 @@ mod tests {
     use serde_json::json;
 
     fn tool(name: &str, extra: Value) -> Tool {
-        let mut value = json!({"name": name, "description": format!("the {name} tool"), "inputSchema": {"type": "object"}});
+        let mut value =
+            json!({"name": name, "description": format!("the {name} tool"), "inputSchema": {"type": "object"}});
         value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         serde_json::from_value(value).unwrap()
     }
@@ -129,7 +131,9 @@ mod tests {
         assert_eq!(catalog.names(), ["mcp__s__ok"]);
         assert_eq!(
             catalog.collisions,
-            ["'dup-name' of server 's', 'dup_name' of server 's' all map to 'mcp__s__dup_name'; none of them is callable"]
+            [
+                "'dup-name' of server 's', 'dup_name' of server 's' all map to 'mcp__s__dup_name'; none of them is callable"
+            ]
         );
     }
 
@@ -159,7 +163,8 @@ mod tests {
                 "annotations": {"readOnlyHint": true}
             })
         );
-        let schema = json!({"type": "object", "$defs": {"x": {"type": "integer"}}, "properties": {"n": {"$ref": "#/$defs/x"}}});
+        let schema =
+            json!({"type": "object", "$defs": {"x": {"type": "integer"}}, "properties": {"n": {"$ref": "#/$defs/x"}}});
         let typed = ToolEntry::new("s", tool("t", json!({"outputSchema": schema.clone()})));
         assert_eq!(typed.inspection()["outputSchema"], schema);
         assert!(typed.inspection().get("note").is_none());

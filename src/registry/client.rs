@@ -98,7 +98,8 @@ pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, L
                 within(handshake(config, transport)).await
             } else {
                 let opening = tokio::time::timeout(CONNECT_TIMEOUT, sse::connect(config, limits, signal));
-                let transport = opening.await.map_err(|_| Loss::connection("the event stream did not open in time"))??;
+                let transport =
+                    opening.await.map_err(|_| Loss::connection("the event stream did not open in time"))??;
                 within(handshake(config, transport)).await
             };
             match result {

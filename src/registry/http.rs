@@ -59,7 +59,9 @@ impl Classify for HttpError {
             StreamableHttpError::UnexpectedServerResponse(text) if text.starts_with("HTTP 403") => {
                 Some(Loss::credentials(server, 403))
             }
-            StreamableHttpError::UnexpectedEndOfStream => Some(Loss::connection("the response stream ended unexpectedly")),
+            StreamableHttpError::UnexpectedEndOfStream => {
+                Some(Loss::connection("the response stream ended unexpectedly"))
+            }
             StreamableHttpError::TransportChannelClosed => Some(Loss::connection("the HTTP transport stopped")),
             StreamableHttpError::SessionExpired
             | StreamableHttpError::SessionRecoveryTimeout

@@ -147,12 +147,9 @@ where
 /// error carrying this marker in its data (the call then fails with `TransportClosed`).
 fn is_stream_closed_marker(message: &ServerJsonRpcMessage) -> bool {
     match message {
-        ServerJsonRpcMessage::Error(error) => error
-            .error
-            .data
-            .as_ref()
-            .and_then(|data| data.get("io.modelcontextprotocol/transportClosed"))
-            .is_some(),
+        ServerJsonRpcMessage::Error(error) => {
+            error.error.data.as_ref().and_then(|data| data.get("io.modelcontextprotocol/transportClosed")).is_some()
+        }
         _ => false,
     }
 }
@@ -189,7 +186,11 @@ mod tests {
     fn credential_losses_say_so_plainly_and_never_carry_values() {
         let loss = Loss::credentials("x", 401);
         assert_eq!(loss.kind, LossKind::Credentials);
-        assert!(loss.reason.starts_with("server 'x' rejected the credentials (HTTP 401 Unauthorized)"), "{}", loss.reason);
+        assert!(
+            loss.reason.starts_with("server 'x' rejected the credentials (HTTP 401 Unauthorized)"),
+            "{}",
+            loss.reason
+        );
         assert!(Loss::credentials("x", 403).reason.contains("403 Forbidden"));
     }
 }

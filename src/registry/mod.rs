@@ -23,16 +23,22 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
-use liveness::{Loss, LossKind};
 pub use catalog::{Catalog, ToolEntry};
+use liveness::{Loss, LossKind};
 
 /// The connection state of one server.
 enum ServerState {
     /// The first attempt has not finished yet.
     Connecting,
     /// `losses` (remote transports) says why the connection was lost, for calls that fail with it.
-    Up { peer: Peer<RoleClient>, tools: Vec<Arc<ToolEntry>>, losses: Option<liveness::Losses> },
-    Down { reason: String },
+    Up {
+        peer: Peer<RoleClient>,
+        tools: Vec<Arc<ToolEntry>>,
+        losses: Option<liveness::Losses>,
+    },
+    Down {
+        reason: String,
+    },
 }
 
 struct Server {
@@ -102,10 +108,7 @@ impl Registry {
 
     /// Servers that are not connected, with the reason.
     pub fn unavailable(&self) -> Vec<(String, String)> {
-        self.statuses()
-            .into_iter()
-            .filter_map(|(name, status)| status.error.map(|reason| (name, reason)))
-            .collect()
+        self.statuses().into_iter().filter_map(|(name, status)| status.error.map(|reason| (name, reason))).collect()
     }
 
     pub fn statuses(&self) -> BTreeMap<String, ServerStatus> {
@@ -134,18 +137,18 @@ impl Registry {
         timeout: Duration,
         max_result_bytes: usize,
     ) -> Result<Box<RawValue>, String> {
-        let entry = self.catalog().tools.get(name).cloned().ok_or_else(|| {
-            format!("unknown tool '{name}': it is not callable now (see list_callable_tools())")
-        })?;
+        let entry = self
+            .catalog()
+            .tools
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("unknown tool '{name}': it is not callable now (see list_callable_tools())"))?;
         let (peer, losses) = self.peer(&entry.server)?;
         let params = CallToolRequestParams::new(entry.tool.name.clone()).with_arguments(arguments);
         // Dropping the call on timeout makes rmcp send notifications/cancelled; the connection stays usable.
         let result = match tokio::time::timeout(timeout, peer.call_tool(params)).await {
             Err(_) => {
-                return Err(format!(
-                    "'{name}' timed out after {}s (tool_call_timeout_seconds)",
-                    timeout.as_secs_f64()
-                ));
+                return Err(format!("'{name}' timed out after {}s (tool_call_timeout_seconds)", timeout.as_secs_f64()));
             }
             Ok(Err(error)) => {
                 let loss = losses.and_then(|losses| losses.current());

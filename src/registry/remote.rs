@@ -159,7 +159,8 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let error = client().unwrap().get(format!("http://127.0.0.1:{port}/secret/path?token=t")).send().await.unwrap_err();
+        let error =
+            client().unwrap().get(format!("http://127.0.0.1:{port}/secret/path?token=t")).send().await.unwrap_err();
         let text = describe(&error);
         assert!(text.starts_with(&format!("cannot connect to http://127.0.0.1:{port}: ")), "{text}");
         assert!(!text.contains("secret") && !text.contains("token"), "{text}");

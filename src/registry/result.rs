@@ -106,15 +106,13 @@ fn placeholder(block: &ContentBlock) -> Option<String> {
         ContentBlock::Text(_) => return None,
         ContentBlock::Image(image) => format!("image ({})", image.mime_type),
         ContentBlock::Audio(audio) => format!("audio ({})", audio.mime_type),
-        ContentBlock::Resource(embedded) => {
-            match &embedded.resource {
-                ResourceContents::TextResourceContents { uri, mime_type, .. }
-                | ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
-                    format!("resource {uri} ({})", mime_type.as_deref().unwrap_or("unknown type"))
-                }
-                _ => "resource".to_string(),
+        ContentBlock::Resource(embedded) => match &embedded.resource {
+            ResourceContents::TextResourceContents { uri, mime_type, .. }
+            | ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
+                format!("resource {uri} ({})", mime_type.as_deref().unwrap_or("unknown type"))
             }
-        }
+            _ => "resource".to_string(),
+        },
         ContentBlock::ResourceLink(link) => format!("resource link {}", link.uri),
         _ => "unknown content type".to_string(),
     };

@@ -96,9 +96,9 @@ pub async fn connect(config: &ServerConfig, limits: Limits, signal: LossSignal) 
         )));
     }
     let mut frames = Frames::new(response.bytes_stream().boxed(), limits.max_message_bytes);
-    let endpoint = tokio::time::timeout(ENDPOINT_TIMEOUT, endpoint_event(&mut frames))
-        .await
-        .map_err(|_| Loss::connection(format!("no `endpoint` event within {}s of opening the stream", ENDPOINT_TIMEOUT.as_secs())))??;
+    let endpoint = tokio::time::timeout(ENDPOINT_TIMEOUT, endpoint_event(&mut frames)).await.map_err(|_| {
+        Loss::connection(format!("no `endpoint` event within {}s of opening the stream", ENDPOINT_TIMEOUT.as_secs()))
+    })??;
     let endpoint = resolve_endpoint(&url, &endpoint).map_err(Loss::connection)?;
     let (tx, incoming) = mpsc::channel(INCOMING_BUFFER);
     let reader = tokio::spawn(read_messages(frames, tx, server.to_string(), signal.clone()));
@@ -134,7 +134,12 @@ fn resolve_endpoint(stream_url: &Url, endpoint: &str) -> Result<Url, String> {
 }
 
 /// Forwards `message` events to the session until the stream ends, then reports the loss.
-async fn read_messages(mut frames: ByteFrames, tx: mpsc::Sender<ServerJsonRpcMessage>, server: String, signal: LossSignal) {
+async fn read_messages(
+    mut frames: ByteFrames,
+    tx: mpsc::Sender<ServerJsonRpcMessage>,
+    server: String,
+    signal: LossSignal,
+) {
     let loss = loop {
         match frames.next().await {
             // An empty data field (a priming event) carries no message.

@@ -22,7 +22,8 @@ async fn a_bad_config_exits_with_status_2_and_one_line_naming_the_key() {
 async fn an_unset_variable_is_a_config_error_naming_it_and_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
-    std::fs::write(&path, "servers:\n  - name: api\n    command: x\n    env:\n      KEY: ${PTC_TEST_UNSET_VARIABLE}\n").unwrap();
+    std::fs::write(&path, "servers:\n  - name: api\n    command: x\n    env:\n      KEY: ${PTC_TEST_UNSET_VARIABLE}\n")
+        .unwrap();
     let output = tokio::process::Command::new(binary())
         .arg("--config")
         .arg(&path)
@@ -63,11 +64,7 @@ async fn without_any_config_file_the_server_starts_with_no_tools() {
         .unwrap();
     let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
     let client = rmcp::ServiceExt::serve((), transport).await.unwrap();
-    let result = client
-        .peer()
-        .call_tool(rmcp::model::CallToolRequestParams::new("list_callable_tools"))
-        .await
-        .unwrap();
+    let result = client.peer().call_tool(rmcp::model::CallToolRequestParams::new("list_callable_tools")).await.unwrap();
     assert_eq!(text_block(&result, 0), "[]");
 }
 
@@ -99,7 +96,16 @@ async fn the_tool_descriptions_tell_a_model_how_to_use_them() {
     let tools = ptc.client.peer().list_all_tools().await.unwrap();
     let execute = tools.iter().find(|t| t.name == "execute_program").unwrap();
     let description = execute.description.as_deref().unwrap();
-    for point in ["mcp__<server>__<tool>", "await", "keyword arguments", "ToolError", "print", "emit(value)", "asyncio.gather", "_notes"] {
+    for point in [
+        "mcp__<server>__<tool>",
+        "await",
+        "keyword arguments",
+        "ToolError",
+        "print",
+        "emit(value)",
+        "asyncio.gather",
+        "_notes",
+    ] {
         assert!(description.contains(point), "execute_program's description lacks {point:?}");
     }
     assert!(description.len() < 1600, "keep it short: {} chars", description.len());

@@ -64,7 +64,11 @@ async fn no_container_is_left_after_success_error_crash_or_timeout() {
         let run = ptc.execute(code).await;
         assert_eq!(run.is_error(), fails, "{what}: {}", run.text());
         // The container is removed just after the result is sent.
-        assert!(all_gone(pid, Duration::from_secs(10)).await, "a container survived the {what} run: {:?}", containers_of(pid));
+        assert!(
+            all_gone(pid, Duration::from_secs(10)).await,
+            "a container survived the {what} run: {:?}",
+            containers_of(pid)
+        );
     }
 }
 
@@ -74,8 +78,9 @@ async fn no_container_is_left_when_the_server_is_killed_mid_run() {
     let Some(mut ptc) = docker_ptc("  pool_size: 2\n").await else { return };
     let pid = ptc.child.id().unwrap();
     let peer = ptc.client.peer().clone();
-    let params = rmcp::model::CallToolRequestParams::new("execute_program")
-        .with_arguments(json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(600)"}).as_object().unwrap().clone());
+    let params = rmcp::model::CallToolRequestParams::new("execute_program").with_arguments(
+        json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(600)"}).as_object().unwrap().clone(),
+    );
     let run = tokio::spawn(async move { peer.call_tool(params).await });
     assert!(wait_for_a_container(pid).await, "the run's container never appeared");
     // SIGKILL: no clean-up code runs in the server; the engine removes the container once the runner's
@@ -83,7 +88,11 @@ async fn no_container_is_left_when_the_server_is_killed_mid_run() {
     ptc.child.start_kill().unwrap();
     let _ = ptc.child.wait().await;
     run.abort();
-    assert!(all_gone(pid, Duration::from_secs(20)).await, "containers survived the killed server: {:?}", containers_of(pid));
+    assert!(
+        all_gone(pid, Duration::from_secs(20)).await,
+        "containers survived the killed server: {:?}",
+        containers_of(pid)
+    );
 }
 
 #[tokio::test]
@@ -98,10 +107,15 @@ async fn no_container_is_left_when_the_server_is_stopped_mid_run() {
     assert!(wait_for_a_container(pid).await, "the run's container never appeared");
     // SAFETY: kill with a child pid we own.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let status = tokio::time::timeout(Duration::from_secs(20), ptc.child.wait()).await.expect("the server stops on SIGTERM");
+    let status =
+        tokio::time::timeout(Duration::from_secs(20), ptc.child.wait()).await.expect("the server stops on SIGTERM");
     assert!(status.unwrap().success());
     run.abort();
-    assert!(all_gone(pid, Duration::from_secs(20)).await, "containers survived the stopped server: {:?}", containers_of(pid));
+    assert!(
+        all_gone(pid, Duration::from_secs(20)).await,
+        "containers survived the stopped server: {:?}",
+        containers_of(pid)
+    );
 }
 
 async fn wait_for_a_container(pid: u32) -> bool {

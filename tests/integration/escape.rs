@@ -856,7 +856,9 @@ macro_rules! still_works {
     };
 }
 
-still_works!(threads_still_work, r#"
+still_works!(
+    threads_still_work,
+    r#"
 import threading
 results = [0] * 4
 def work(i):
@@ -867,17 +869,25 @@ for t in threads:
 for t in threads:
     t.join()
 print(results)
-"#, "[0, 499500, 1999000, 4498500]");
+"#,
+    "[0, 499500, 1999000, 4498500]"
+);
 
-still_works!(asyncio_still_works, r#"
+still_works!(
+    asyncio_still_works,
+    r#"
 import asyncio
 async def double(x):
     await asyncio.sleep(0.01)
     return 2 * x
 print(await asyncio.gather(*(double(i) for i in range(5))))
-"#, "[0, 2, 4, 6, 8]");
+"#,
+    "[0, 2, 4, 6, 8]"
+);
 
-still_works!(sqlite_in_memory_and_in_scratch_still_works, r#"
+still_works!(
+    sqlite_in_memory_and_in_scratch_still_works,
+    r#"
 import sqlite3
 for target in [':memory:', 'db.sqlite']:
     db = sqlite3.connect(target)
@@ -886,16 +896,24 @@ for target in [':memory:', 'db.sqlite']:
     db.commit()
     print(target, db.execute('select sum(x) from t').fetchone()[0])
     db.close()
-"#, ":memory: 45\ndb.sqlite 45");
+"#,
+    ":memory: 45\ndb.sqlite 45"
+);
 
-still_works!(zlib_and_hashlib_still_work, r#"
+still_works!(
+    zlib_and_hashlib_still_work,
+    r#"
 import hashlib, zlib
 data = b'ptc' * 1000
 print(len(zlib.compress(data)) < 100, zlib.decompress(zlib.compress(data)) == data)
 print(hashlib.sha256(b'abc').hexdigest())
-"#, "True True\nba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+"#,
+    "True True\nba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+);
 
-still_works!(scratch_files_still_work, r#"
+still_works!(
+    scratch_files_still_work,
+    r#"
 import os, tempfile
 os.makedirs('sub/dir')
 with open('sub/dir/a.txt', 'w') as f:
@@ -907,33 +925,51 @@ with tempfile.NamedTemporaryFile('w+') as t:
     t.seek(0)
     print(t.read(), os.path.dirname(t.name) == os.getcwd())
 print(sorted(os.listdir('.')))
-"#, "hello ['a.txt'] 5\ntemp True\n['b.txt', 'sub']");
+"#,
+    "hello ['a.txt'] 5\ntemp True\n['b.txt', 'sub']"
+);
 
-still_works!(urandom_still_works, r#"
+still_works!(
+    urandom_still_works,
+    r#"
 import os, secrets
 print(len(os.urandom(16)), os.urandom(16) != os.urandom(16), len(secrets.token_hex(8)))
-"#, "16 True 16");
+"#,
+    "16 True 16"
+);
 
-still_works!(zoneinfo_still_works, r#"
+still_works!(
+    zoneinfo_still_works,
+    r#"
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 for month in (1, 7):
     print(datetime(2024, month, 1, 12, tzinfo=timezone.utc).astimezone(ZoneInfo('Europe/Paris')).isoformat())
-"#, "2024-01-01T13:00:00+01:00\n2024-07-01T14:00:00+02:00");
+"#,
+    "2024-01-01T13:00:00+01:00\n2024-07-01T14:00:00+02:00"
+);
 
-still_works!(json_decimal_and_re_still_work, r#"
+still_works!(
+    json_decimal_and_re_still_work,
+    r#"
 import decimal, json, re
 print(json.dumps({'b': [1, 2.5, None], 'a': 'é'}, sort_keys=True, ensure_ascii=False))
 print(decimal.Decimal('0.1') + decimal.Decimal('0.2'))
 print(re.findall(r'\d+', 'a1b22c333'))
-"#, "{\"a\": \"é\", \"b\": [1, 2.5, null]}\n0.3\n['1', '22', '333']");
+"#,
+    "{\"a\": \"é\", \"b\": [1, 2.5, null]}\n0.3\n['1', '22', '333']"
+);
 
 still_works!(tool_calls_still_work, with mock, "print(await mcp__mock__echo(x=1))", "{'x': 1}\n[tool calls: 1; 0.0s]");
 
-still_works!(clocks_still_work, r#"
+still_works!(
+    clocks_still_work,
+    r#"
 import time
 t0, m0 = time.time(), time.monotonic()
 time.sleep(0.05)
 t1, m1 = time.time(), time.monotonic()
 print(t0 > 1.7e9, 0.04 < m1 - m0 < 5, t1 >= t0)
-"#, "True True True");
+"#,
+    "True True True"
+);

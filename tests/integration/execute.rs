@@ -14,7 +14,10 @@ async fn ptc_with_mock(execution: &str) -> Ptc {
 #[tokio::test]
 async fn printed_output_comes_back_with_the_success_line() {
     let ptc = Ptc::start(&config(&[], "")).await;
-    assert_eq!(ptc.execute("print('hello')\nprint(6 * 7)").await.expect_ok(), "[Script executed successfully]\nhello\n42");
+    assert_eq!(
+        ptc.execute("print('hello')\nprint(6 * 7)").await.expect_ok(),
+        "[Script executed successfully]\nhello\n42"
+    );
     assert_eq!(ptc.execute("x = 1").await.expect_ok(), "[Script executed successfully]\n(no output)");
 }
 
@@ -23,7 +26,10 @@ async fn emit_returns_a_structured_result_and_the_last_one_wins() {
     let ptc = Ptc::start(&config(&[], "")).await;
     let run = ptc.execute("print('hi')\nemit({'a': 1})\nemit([1, 2])").await;
     assert_eq!(run.expect_ok(), "[Script executed successfully]\nhi\n--- result ---\n[1,2]");
-    assert_eq!(run.structured(), json!({"ok": true, "output": "hi\n", "result": [1, 2], "error": null, "tool_calls": []}));
+    assert_eq!(
+        run.structured(),
+        json!({"ok": true, "output": "hi\n", "result": [1, 2], "error": null, "tool_calls": []})
+    );
 }
 
 #[tokio::test]
@@ -175,7 +181,11 @@ async fn the_working_directory_is_a_fresh_scratch_dir_removed_afterwards() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    assert!(tokio::time::timeout(Duration::from_secs(5), removed).await.is_ok(), "scratch dir {} survived the run", lines[1]);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), removed).await.is_ok(),
+        "scratch dir {} survived the run",
+        lines[1]
+    );
     let second = ptc.execute("import os\nprint(os.getcwd())\nprint(os.listdir('.'))").await.expect_ok();
     assert_eq!(second.lines().nth(2), Some("[]"), "each run gets a fresh scratch dir");
     if sandbox_under_test() != "docker" {
@@ -264,7 +274,10 @@ await asyncio.sleep(0.5)"#;
     assert_eq!(calls.len(), 5, "{}", second.text());
     assert_eq!(calls.iter().filter(|c| c["ok"] == json!(true)).count(), 2, "{}", second.text());
     // The server and later runs are unaffected.
-    assert_eq!(ptc.execute("print(await mcp__mock__echo(n=1))").await.expect_ok(), "[Script executed successfully]\n{'n': 1}\n[tool calls: 1; 0.0s]");
+    assert_eq!(
+        ptc.execute("print(await mcp__mock__echo(n=1))").await.expect_ok(),
+        "[Script executed successfully]\n{'n': 1}\n[tool calls: 1; 0.0s]"
+    );
 }
 
 #[tokio::test]
@@ -272,7 +285,12 @@ async fn an_unavailable_sandbox_refuses_runs_with_the_reason_and_the_fix() {
     let ptc = Ptc::start("execution:\n  sandbox: seatbelt\n").await;
     let run = ptc.execute("print(1)").await;
     let text = run.expect_error();
-    assert!(text.starts_with("[Script execution failed]\nSandboxError: the 'seatbelt' sandbox is unavailable: seatbelt needs macOS"), "{text}");
+    assert!(
+        text.starts_with(
+            "[Script execution failed]\nSandboxError: the 'seatbelt' sandbox is unavailable: seatbelt needs macOS"
+        ),
+        "{text}"
+    );
     assert!(text.contains("set execution.sandbox to"), "{text}");
     let (names, _) = ptc.list_callable_tools().await;
     assert!(names.is_empty(), "discovery still works");
@@ -284,6 +302,9 @@ async fn a_crashing_interpreter_is_reported_with_its_output_so_far() {
     // A real segmentation fault (a read of address 0), not a signal the program sends itself: in a container
     // the runner is pid 1, which the kernel shields from signals it sends itself.
     let text = ptc.execute("print('partial', flush=True)\nimport ctypes\nctypes.string_at(0)").await.expect_error();
-    assert!(text.contains("ExecutionError: the interpreter ended before the program finished (killed by signal 11)"), "{text}");
+    assert!(
+        text.contains("ExecutionError: the interpreter ended before the program finished (killed by signal 11)"),
+        "{text}"
+    );
     assert!(text.contains("--- output before the error ---\npartial"), "{text}");
 }

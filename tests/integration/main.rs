@@ -5,8 +5,8 @@ mod common;
 
 mod cli;
 mod docker;
-mod execute;
 mod escape;
+mod execute;
 mod pool;
 mod registry;
 mod thirdparty;

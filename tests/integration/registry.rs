@@ -26,9 +26,15 @@ async fn every_result_shape_reaches_the_program_as_the_spec_says() {
         ("mcp__mock__fastmcp_meta_wrapped()", "[4, 5]"),
         ("mcp__mock__multi_text()", "{'items': [1, 2], '_notes': ['Found 2 items']}"),
         ("mcp__mock__plain_text()", "'hello world'"),
-        ("mcp__mock__image()", "{'result': 'chart attached', '_notes': ['[non-text content omitted: image (image/png)]']}"),
+        (
+            "mcp__mock__image()",
+            "{'result': 'chart attached', '_notes': ['[non-text content omitted: image (image/png)]']}",
+        ),
         ("mcp__mock__fail()", "ToolError: 'mcp__mock__fail' returned an error: something broke"),
-        ("mcp__mock__rpc_error()", "ToolError: 'mcp__mock__rpc_error' failed: internal failure (JSON-RPC error -32000)"),
+        (
+            "mcp__mock__rpc_error()",
+            "ToolError: 'mcp__mock__rpc_error' failed: internal failure (JSON-RPC error -32000)",
+        ),
         ("mcp__mock__echo(text='é ✓')", "{'text': 'é ✓'}"),
     ];
     for (call, expected) in cases {
@@ -36,12 +42,16 @@ async fn every_result_shape_reaches_the_program_as_the_spec_says() {
     }
     let schema = outcome(&ptc, "mcp__mock__bad_schema()").await;
     assert!(
-        schema.starts_with("ToolError: 'mcp__mock__bad_schema' returned a result that does not match its output schema at /count"),
+        schema.starts_with(
+            "ToolError: 'mcp__mock__bad_schema' returned a result that does not match its output schema at /count"
+        ),
         "{schema}"
     );
     let huge = outcome(&ptc, "mcp__mock__huge(size=5000)").await;
     assert!(
-        huge.starts_with("ToolError: 'mcp__mock__huge' returned 5012 bytes, more than max_tool_result_bytes (1000); ask it for less"),
+        huge.starts_with(
+            "ToolError: 'mcp__mock__huge' returned 5012 bytes, more than max_tool_result_bytes (1000); ask it for less"
+        ),
         "{huge}"
     );
 }
@@ -98,13 +108,24 @@ async fn inspect_tool_shows_the_schema_and_a_note_only_without_output_schema() {
 
 #[tokio::test]
 async fn allow_and_block_globs_filter_namespaced_names() {
-    let allow = Ptc::start(&config(&[mock_server("mock", &[])], "").replace("execution:", "tools:\n  allow: ['mcp__mock__e*']\nexecution:")).await;
+    let allow = Ptc::start(
+        &config(&[mock_server("mock", &[])], "")
+            .replace("execution:", "tools:\n  allow: ['mcp__mock__e*']\nexecution:"),
+    )
+    .await;
     assert_eq!(allow.list_callable_tools().await.0, ["mcp__mock__echo", "mcp__mock__env"]);
     let run = allow.execute("await mcp__mock__add(a=1, b=2)").await;
     assert!(run.expect_error().contains("NameError: name 'mcp__mock__add' is not defined"), "{}", run.text());
-    let block = Ptc::start(&config(&[mock_server("mock", &[])], "").replace("execution:", "tools:\n  block: ['*hang*', '*crash*']\nexecution:")).await;
+    let block = Ptc::start(
+        &config(&[mock_server("mock", &[])], "")
+            .replace("execution:", "tools:\n  block: ['*hang*', '*crash*']\nexecution:"),
+    )
+    .await;
     let names = block.list_callable_tools().await.0;
-    assert!(names.contains(&"mcp__mock__echo".to_string()) && !names.iter().any(|n| n.contains("hang") || n.contains("crash")));
+    assert!(
+        names.contains(&"mcp__mock__echo".to_string())
+            && !names.iter().any(|n| n.contains("hang") || n.contains("crash"))
+    );
 }
 
 #[tokio::test]
@@ -136,7 +157,8 @@ async fn a_crashed_server_is_reconnected_and_its_tools_come_back() {
         }
     };
     assert!(tokio::time::timeout(Duration::from_secs(10), restarted).await.is_ok(), "the server was not restarted");
-    let names = ptc.wait_for_tools(Duration::from_secs(10), |names| names.contains(&"mcp__mock__counter".to_string())).await;
+    let names =
+        ptc.wait_for_tools(Duration::from_secs(10), |names| names.contains(&"mcp__mock__counter".to_string())).await;
     assert!(names.contains(&"mcp__mock__counter".to_string()), "tools came back: {names:?}");
     let after = outcome(&ptc, "mcp__mock__counter()").await;
     assert_ne!(before, after, "a new process answers");
@@ -149,7 +171,13 @@ async fn errors_timeouts_and_bad_data_from_a_healthy_server_never_trigger_a_reco
     let state = dir.path().join("starts");
     let state_arg = state.display().to_string();
     let ptc = ptc_with(&["--state-file", &state_arg], "  tool_call_timeout_seconds: 0.5\n").await;
-    for call in ["mcp__mock__fail()", "mcp__mock__rpc_error()", "mcp__mock__bad_schema()", "mcp__mock__hang()", "mcp__mock__garbage()"] {
+    for call in [
+        "mcp__mock__fail()",
+        "mcp__mock__rpc_error()",
+        "mcp__mock__bad_schema()",
+        "mcp__mock__hang()",
+        "mcp__mock__garbage()",
+    ] {
         outcome(&ptc, call).await;
     }
     assert_eq!(outcome(&ptc, "mcp__mock__echo(still='up')").await, "{'still': 'up'}");
@@ -160,7 +188,8 @@ async fn errors_timeouts_and_bad_data_from_a_healthy_server_never_trigger_a_reco
 async fn a_tools_list_changed_notification_relists_that_server() {
     let ptc = ptc_with(&[], "").await;
     assert_eq!(outcome(&ptc, "mcp__mock__add_tool()").await, "'added dynamic_1'");
-    let names = ptc.wait_for_tools(Duration::from_secs(5), |names| names.contains(&"mcp__mock__dynamic_1".to_string())).await;
+    let names =
+        ptc.wait_for_tools(Duration::from_secs(5), |names| names.contains(&"mcp__mock__dynamic_1".to_string())).await;
     assert!(names.contains(&"mcp__mock__dynamic_1".to_string()), "{names:?}");
     assert_eq!(outcome(&ptc, "mcp__mock__dynamic_1()").await, "'dynamic'");
 }
@@ -168,8 +197,14 @@ async fn a_tools_list_changed_notification_relists_that_server() {
 #[tokio::test]
 async fn a_downstream_gets_only_its_configured_env_and_a_minimal_safe_set() {
     let entry = mock_server("mock", &[]) + "    env:\n      API_KEY: ${PTC_TEST_API_KEY}\n";
-    let ptc = Ptc::start_with_env(&config(&[entry], ""), &[("PTC_TEST_API_KEY", "k-1"), ("PTC_TEST_OTHER_SECRET", "s")]).await;
-    let run = ptc.execute("env = await mcp__mock__env()\nprint(env.get('API_KEY'), 'PTC_TEST_OTHER_SECRET' in env, 'PATH' in env)").await;
+    let ptc =
+        Ptc::start_with_env(&config(&[entry], ""), &[("PTC_TEST_API_KEY", "k-1"), ("PTC_TEST_OTHER_SECRET", "s")])
+            .await;
+    let run = ptc
+        .execute(
+            "env = await mcp__mock__env()\nprint(env.get('API_KEY'), 'PTC_TEST_OTHER_SECRET' in env, 'PATH' in env)",
+        )
+        .await;
     assert!(run.expect_ok().contains("\nk-1 False True"), "{}", run.text());
     let leaked = ptc.execute("import os\nprint(os.environ.get('API_KEY'), os.environ.get('PTC_TEST_API_KEY'))").await;
     assert!(leaked.expect_ok().contains("\nNone None"), "{}", leaked.text());

@@ -31,14 +31,20 @@ async fn sdk_client(protocol: &str, config_text: &str, code: &str) -> Option<Val
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "sdk client failed ({}): {stdout}\n{}", output.status, String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "sdk client failed ({}): {stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
     Some(serde_json::from_str(&stdout).unwrap())
 }
 
 #[tokio::test]
 async fn the_official_python_sdk_works_as_a_2025_era_client() {
     for version in ["2024-11-05", "2025-06-18", "2025-11-25"] {
-        let Some(report) = sdk_client(version, &config(&[mock_server("mock", &[])], ""), "print(await mcp__mock__echo(v=1))").await
+        let Some(report) =
+            sdk_client(version, &config(&[mock_server("mock", &[])], ""), "print(await mcp__mock__echo(v=1))").await
         else {
             return;
         };
@@ -78,7 +84,10 @@ async fn a_program_uses_the_npm_memory_server() {
     let code = "await mcp__memory__create_entities(entities=[{'name': 'ptc', 'entityType': 'project', 'observations': ['written in Rust']}])\n\
                 graph = await mcp__memory__read_graph()\nprint([e['name'] for e in graph['entities']], graph['entities'][0]['observations'])";
     let text = ptc.execute(code).await.expect_ok();
-    assert!(text.starts_with("[Script executed successfully]\n['ptc'] ['written in Rust']\n[tool calls: 2; "), "{text}");
+    assert!(
+        text.starts_with("[Script executed successfully]\n['ptc'] ['written in Rust']\n[tool calls: 2; "),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -87,7 +96,8 @@ async fn a_program_uses_the_pypi_time_server_which_speaks_the_2026_protocol() {
     let Some(()) = require("third-party-servers", server.as_ref().map(|_| ()).map_err(Clone::clone)) else {
         return;
     };
-    let entry = format!("  - name: time\n    command: {}\n    args: [\"--local-timezone\", \"UTC\"]\n", json!(server.unwrap()));
+    let entry =
+        format!("  - name: time\n    command: {}\n    args: [\"--local-timezone\", \"UTC\"]\n", json!(server.unwrap()));
     let ptc = Ptc::start(&config(&[entry], "")).await;
     let code = "r = await mcp__time__get_current_time(timezone='Europe/Paris')\nprint(r['timezone'], 'datetime' in r)\n\
                 c = await mcp__time__convert_time(source_timezone='UTC', time='12:00', target_timezone='Asia/Tokyo')\n\

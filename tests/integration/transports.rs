@@ -38,14 +38,23 @@ impl HttpServer {
             .expect("the server announces its port in time")
             .unwrap()
             .expect("the server announces its port");
-        let port = line.strip_prefix("PORT ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("not a port line: {line}"));
+        let port = line
+            .strip_prefix("PORT ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("not a port line: {line}"));
         HttpServer { _child: child, _stdout: Some(stdout), port, path }
     }
 
     /// Starts a server told its port through `PORT` (a free one picked here), waiting until it listens.
     async fn on_free_port(mut command: Command, path: &'static str) -> HttpServer {
         let port = free_port();
-        let child = command.env("PORT", port.to_string()).stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true).spawn().unwrap();
+        let child = command
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
             assert!(tokio::time::Instant::now() < deadline, "the server did not listen on port {port} in time");
@@ -252,12 +261,19 @@ async fn a_server_that_goes_away_is_hidden_and_comes_back_on_the_same_port() {
         let mut fault = Fault::start(flags).await;
         let ptc = Ptc::start(&config(&[fault.entry("gone", &[])], "")).await;
         let crashed = ptc.outcome("mcp__gone__crash()").await;
-        assert!(crashed.starts_with("ToolError: 'mcp__gone__crash' failed: the connection to server 'gone' was lost"), "{crashed}");
-        let expected = format!("server 'gone' is unavailable: cannot connect to http://127.0.0.1:{}: ", fault.server.port);
+        assert!(
+            crashed.starts_with("ToolError: 'mcp__gone__crash' failed: the connection to server 'gone' was lost"),
+            "{crashed}"
+        );
+        let expected =
+            format!("server 'gone' is unavailable: cannot connect to http://127.0.0.1:{}: ", fault.server.port);
         let problems = ptc.wait_for_problems(RECONNECT_LIMIT, |p| p.contains(&expected)).await;
         assert!(problems.contains(&expected), "{problems}");
         assert!(problems.contains("onnection refused"), "{problems}");
-        assert!(!ptc.list_callable_tools().await.0.iter().any(|n| n.starts_with("mcp__gone__")), "its tools are hidden");
+        assert!(
+            !ptc.list_callable_tools().await.0.iter().any(|n| n.starts_with("mcp__gone__")),
+            "its tools are hidden"
+        );
         fault.restart().await;
         let names = ptc.wait_for_tools(RECONNECT_LIMIT, |n| n.contains(&"mcp__gone__echo".to_string())).await;
         assert!(names.contains(&"mcp__gone__echo".to_string()), "back after the restart: {names:?}");
@@ -271,7 +287,10 @@ async fn a_server_answering_5xx_is_named_with_the_status_and_logged_once() {
     let legacy = Fault::start(&["--legacy-sse", "--fail", "503"]).await;
     let ptc = Ptc::start_logging(&config(&[http.entry("h", &[]), legacy.entry("l", &[])], ""), &[], Some("info")).await;
     let problems = ptc.list_callable_tools().await.1.unwrap_or_default();
-    assert!(problems.contains("server 'h' is unavailable: the server answered HTTP 500 Internal Server Error"), "{problems}");
+    assert!(
+        problems.contains("server 'h' is unavailable: the server answered HTTP 500 Internal Server Error"),
+        "{problems}"
+    );
     assert!(
         problems.contains("server 'l' is unavailable: GET of the event stream answered HTTP 503 Service Unavailable"),
         "{problems}"
@@ -360,9 +379,8 @@ async fn npm_server_everything_over_streamable_http_and_legacy_sse() {
     let ptc = Ptc::start(&config(&entries, "")).await;
     assert_eq!(ptc.list_callable_tools().await.1, None);
     for server in ["ev_http", "ev_sse"] {
-        let code = format!(
-            "print(await mcp__{server}__echo(message='hi'))\nprint(await mcp__{server}__get_sum(a=2, b=3))"
-        );
+        let code =
+            format!("print(await mcp__{server}__echo(message='hi'))\nprint(await mcp__{server}__get_sum(a=2, b=3))");
         let text = ptc.execute(&code).await.expect_ok();
         assert!(text.starts_with("[Script executed successfully]\nEcho: hi\n"), "{server}: {text}");
         assert!(text.contains("5"), "{server}: {text}");
@@ -388,8 +406,14 @@ async fn the_python_sdk_as_a_stateless_json_http_server_and_as_a_legacy_sse_serv
     assert_eq!(ptc.list_callable_tools().await.1, None);
     for server in ["sdk_http", "sdk_sse"] {
         assert_eq!(ptc.outcome(&format!("mcp__{server}__add(a=2, b=40)")).await, "42");
-        assert_eq!(ptc.outcome(&format!("mcp__{server}__quote(symbol='ab')")).await, "{'symbol': 'AB', 'price': 123.5}");
+        assert_eq!(
+            ptc.outcome(&format!("mcp__{server}__quote(symbol='ab')")).await,
+            "{'symbol': 'AB', 'price': 123.5}"
+        );
         let failed = ptc.outcome(&format!("mcp__{server}__fail(message='nope')")).await;
-        assert_eq!(failed, format!("ToolError: 'mcp__{server}__fail' returned an error: Error executing tool fail: nope"));
+        assert_eq!(
+            failed,
+            format!("ToolError: 'mcp__{server}__fail' returned an error: Error executing tool fail: nope")
+        );
     }
 }

@@ -25,8 +25,11 @@ use tokio::task::JoinHandle;
 pub use spec::DockerSettings;
 use spec::{LABEL, confined_source, container_body, runner_command};
 
-use crate::{Availability, ExitInfo, Limits, RunnerControl, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
 use crate::tail::StderrTail;
+use crate::{
+    Availability, ExitInfo, Limits, RunnerControl, RunnerProcess, SandboxBackend, SandboxKind, SpawnError,
+    SpawnRequest, rlimits,
+};
 
 /// How long the availability probe (one confined container) may take; the first start of an image on a
 /// busy engine can be slow.
@@ -198,10 +201,12 @@ impl DockerBackend {
         let id = created.id;
         // From here on the guard removes the container if anything below fails.
         let mut guard = Cleanup { docker: docker.clone(), id: id.clone(), armed: true };
-        let attach = AttachContainerOptions { stream: true, stdin: true, stdout: true, stderr: true, ..Default::default() };
+        let attach =
+            AttachContainerOptions { stream: true, stdin: true, stdout: true, stderr: true, ..Default::default() };
         // The engine answers a wait as soon as the waiter is registered; start it before the container.
         let waiter = tokio::spawn(wait_removed(docker.clone(), id.clone()));
-        let attached = docker.attach_container(&id, Some(attach)).await.map_err(|e| StartError::Attach(e.to_string()))?;
+        let attached =
+            docker.attach_container(&id, Some(attach)).await.map_err(|e| StartError::Attach(e.to_string()))?;
         docker.start_container(&id, None).await.map_err(|e| StartError::Start(e.to_string()))?;
         guard.armed = false;
         let stderr_tail = StderrTail::default();
@@ -270,9 +275,10 @@ impl SandboxBackend for DockerBackend {
         let python = self.image_python().await.map_err(Self::unavailable)?;
         let docker = self.docker().await.map_err(Self::unavailable)?;
         let command = runner_command(&python.executable, request);
-        self.start(docker, &request.limits, command, python.hide_etc)
-            .await
-            .map_err(|e| SpawnError::Start { program: format!("a container of {}", self.settings.image), source: std::io::Error::other(e.to_string()) })
+        self.start(docker, &request.limits, command, python.hide_etc).await.map_err(|e| SpawnError::Start {
+            program: format!("a container of {}", self.settings.image),
+            source: std::io::Error::other(e.to_string()),
+        })
     }
 
     async fn shutdown(&self) {
@@ -307,7 +313,9 @@ fn exit_info(code: i64) -> ExitInfo {
 
 /// Splits the attach stream: stdout into the runner's channel, stderr into the diagnostics tail.
 async fn demultiplex(
-    mut output: Pin<Box<dyn futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>> + Send>>,
+    mut output: Pin<
+        Box<dyn futures_util::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>> + Send>,
+    >,
     mut channel: tokio::io::DuplexStream,
     tail: StderrTail,
 ) {
@@ -367,7 +375,8 @@ async fn remove_listed(
 ) {
     let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
     let Ok(containers) = docker.list_containers(Some(options)).await else { return };
-    let removals = containers.iter().filter(|c| pick(c)).filter_map(|c| c.id.as_deref()).map(|id| force_remove(docker, id));
+    let removals =
+        containers.iter().filter(|c| pick(c)).filter_map(|c| c.id.as_deref()).map(|id| force_remove(docker, id));
     futures_util::future::join_all(removals).await;
 }
 
@@ -401,9 +410,8 @@ impl RunnerControl for DockerControl {
         if let Some(info) = &self.exited {
             return info.clone();
         }
-        let info = (&mut self.waiter)
-            .await
-            .unwrap_or_else(|e| ExitInfo::Unknown(format!("lost track of the container: {e}")));
+        let info =
+            (&mut self.waiter).await.unwrap_or_else(|e| ExitInfo::Unknown(format!("lost track of the container: {e}")));
         // The waiter returns once the engine removed the container, unless it lost track of it.
         self.removed = !matches!(info, ExitInfo::Unknown(_));
         self.exited = Some(info.clone());

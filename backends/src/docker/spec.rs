@@ -34,7 +34,14 @@ pub const DEFAULT_IMAGE: &str = "python:3.12-slim";
 
 impl Default for DockerSettings {
     fn default() -> Self {
-        DockerSettings { image: DEFAULT_IMAGE.to_string(), host: None, memory_mb: None, pids: 64, cpus: 1.0, scratch_mb: None }
+        DockerSettings {
+            image: DEFAULT_IMAGE.to_string(),
+            host: None,
+            memory_mb: None,
+            pids: 64,
+            cpus: 1.0,
+            scratch_mb: None,
+        }
     }
 }
 
@@ -47,7 +54,9 @@ impl DockerSettings {
         if let Some(host) = &self.host
             && !["unix://", "tcp://", "http://", "https://"].iter().any(|scheme| host.starts_with(scheme))
         {
-            return Err(format!("host: '{host}' is not unix://PATH, tcp://HOST:PORT, http://HOST:PORT or https://HOST:PORT"));
+            return Err(format!(
+                "host: '{host}' is not unix://PATH, tcp://HOST:PORT, http://HOST:PORT or https://HOST:PORT"
+            ));
         }
         if self.memory_mb.is_some_and(|mb| mb < 16) {
             return Err("memory_mb: must be at least 16 (MiB)".to_string());
@@ -160,9 +169,7 @@ pub fn container_body(
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             ipc_mode: Some("none".to_string()),
-            masked_paths: Some(
-                MASKED_PATHS.iter().chain(hide_etc.then_some(&"/etc")).map(|p| p.to_string()).collect(),
-            ),
+            masked_paths: Some(MASKED_PATHS.iter().chain(hide_etc.then_some(&"/etc")).map(|p| p.to_string()).collect()),
             memory: Some(memory),
             memory_swap: Some(memory),
             pids_limit: Some(i64::try_from(settings.pids).unwrap_or(i64::MAX)),
@@ -241,7 +248,8 @@ mod tests {
 
     #[test]
     fn docker_keys_override_the_defaults() {
-        let settings = DockerSettings { memory_mb: Some(300), pids: 16, cpus: 0.5, scratch_mb: Some(8), ..Default::default() };
+        let settings =
+            DockerSettings { memory_mb: Some(300), pids: 16, cpus: 0.5, scratch_mb: Some(8), ..Default::default() };
         let host = container_body(&settings, &Limits::default(), vec![], "i", true).host_config.unwrap();
         assert_eq!(host.memory, Some(300 * 1024 * 1024));
         assert_eq!(host.pids_limit, Some(16));

@@ -63,7 +63,9 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
     let mut layers = Vec::new();
     // SAFETY: unshare with flags only; this process has a single thread.
     let unshared = unsafe {
-        libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
+        libc::unshare(
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS,
+        )
     } == 0;
     if unshared {
         // Our own ids are the only ones we may map. A root server's programs thus keep uid 0 outside, but
@@ -133,7 +135,13 @@ fn c_path(path: &Path) -> Result<CString, StepError> {
     step(format!("path {}", path.display()), CString::new(path.as_os_str().as_bytes()))
 }
 
-fn mount(source: Option<&Path>, target: &Path, fstype: Option<&str>, flags: libc::c_ulong, data: Option<&str>) -> Result<(), StepError> {
+fn mount(
+    source: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Result<(), StepError> {
     let source = source.map(c_path).transpose()?;
     let target_c = c_path(target)?;
     let fstype = fstype.map(|t| CString::new(t).expect("no NUL"));
@@ -152,7 +160,13 @@ const STAGING: &str = "/tmp";
 fn build_root(policy: &Policy, sources: &[OwnedFd]) -> Result<(), StepError> {
     let staging = Path::new(STAGING);
     mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
-    mount(Some(Path::new("tmpfs")), staging, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some("size=1m,mode=755"))?;
+    mount(
+        Some(Path::new("tmpfs")),
+        staging,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("size=1m,mode=755"),
+    )?;
     let inside = |path: &Path| staging.join(path.strip_prefix("/").unwrap_or(path));
     for (bind, source) in policy.binds.iter().zip(sources) {
         bind_read_only(bind, source, &inside(&bind.path))?;
@@ -163,23 +177,43 @@ fn build_root(policy: &Policy, sources: &[OwnedFd]) -> Result<(), StepError> {
         step(format!("linking {}", link.display()), std::os::unix::fs::symlink(target, &at))?;
     }
     for dir in &policy.hidden {
-        mount(Some(Path::new("tmpfs")), &inside(dir), Some("tmpfs"), libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, Some("size=4k,mode=555"))?;
+        mount(
+            Some(Path::new("tmpfs")),
+            &inside(dir),
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=4k,mode=555"),
+        )?;
     }
     let scratch = inside(&policy.scratch);
     step("creating the scratch directory", std::fs::create_dir_all(&scratch))?;
     let options = format!("size={}m,mode=700,uid={SANDBOX_ID},gid={SANDBOX_ID}", policy.scratch_mb);
-    mount(Some(Path::new("tmpfs")), &scratch, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, Some(&options))?;
+    mount(
+        Some(Path::new("tmpfs")),
+        &scratch,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some(&options),
+    )?;
     let old = staging.join(".old");
     step("creating the old-root mount point", std::fs::create_dir(&old))?;
     let (new_c, old_c) = (c_path(staging)?, c_path(&old)?);
     // SAFETY: pivot_root with two valid paths.
-    check("pivoting into the new root", unsafe { libc::syscall(libc::SYS_pivot_root, new_c.as_ptr(), old_c.as_ptr()) })?;
+    check("pivoting into the new root", unsafe {
+        libc::syscall(libc::SYS_pivot_root, new_c.as_ptr(), old_c.as_ptr())
+    })?;
     step("entering the new root", std::env::set_current_dir("/"))?;
     let old_c = c_path(Path::new("/.old"))?;
     // SAFETY: umount2 of a valid path.
     check("detaching the old root", unsafe { libc::umount2(old_c.as_ptr(), libc::MNT_DETACH) as libc::c_long })?;
     step("removing the old-root mount point", std::fs::remove_dir("/.old"))?;
-    mount(None, Path::new("/"), None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV, None)
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
+    )
 }
 
 fn bind_read_only(bind: &Bind, source: &OwnedFd, target: &Path) -> Result<(), StepError> {

@@ -57,10 +57,9 @@ impl LandlockBackend {
             },
             &inspect,
         );
-        let child = helper_command(&self.helper, &policy).spawn().map_err(|source| SpawnError::Start {
-            program: self.helper.display().to_string(),
-            source,
-        })?;
+        let child = helper_command(&self.helper, &policy)
+            .spawn()
+            .map_err(|source| SpawnError::Start { program: self.helper.display().to_string(), source })?;
         host_runner(child, run_dir)
     }
 }

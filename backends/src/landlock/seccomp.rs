@@ -11,8 +11,7 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch,
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch,
 };
 
 /// A syscall and the conditions under which it is denied (empty: always).
@@ -40,10 +39,7 @@ fn network() -> Vec<Deny> {
 /// means nothing the program could know or reproduce.
 fn processes(exec_path: u64) -> Vec<Deny> {
     let mut rules = vec![
-        Deny {
-            syscall: libc::SYS_clone,
-            when: vec![vec![(0, SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64), 0)]],
-        },
+        Deny { syscall: libc::SYS_clone, when: vec![vec![(0, SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64), 0)]] },
         unless_arg_in(libc::SYS_execve, 0, &[exec_path]),
         always(libc::SYS_execveat),
     ];
@@ -229,7 +225,13 @@ mod tests {
 
     #[test]
     fn every_rule_set_names_distinct_syscalls() {
-        let mut all: Vec<i64> = network().into_iter().chain(processes(1)).chain(danger_zone()).chain(only_at_itself(1)).map(|d| d.syscall).collect();
+        let mut all: Vec<i64> = network()
+            .into_iter()
+            .chain(processes(1))
+            .chain(danger_zone())
+            .chain(only_at_itself(1))
+            .map(|d| d.syscall)
+            .collect();
         let count = all.len();
         all.sort();
         all.dedup();

@@ -62,7 +62,8 @@ fn structured_content_is_used_directly_and_extra_prose_kept_as_notes() {
     }))
     .unwrap();
     assert_eq!(value, json!({"value": 1, "_notes": ["EMPTY RESULT warning: nothing matched"]}));
-    let rendered_differently = read(json!({"content": [text("{\n  \"value\": 1\n}")], "structuredContent": {"value": 1}}));
+    let rendered_differently =
+        read(json!({"content": [text("{\n  \"value\": 1\n}")], "structuredContent": {"value": 1}}));
     assert_eq!(rendered_differently.unwrap(), json!({"value": 1}));
 }
 
@@ -127,8 +128,14 @@ fn a_result_that_breaks_the_output_schema_is_a_tool_error() {
     let validator = jsonschema::validator_for(&schema).unwrap();
     let shape = ResultShape { validator: Some(&validator), declares_output_schema: true, wrapped: false };
     let err = read_with(json!({"content": [], "structuredContent": {"count": "many"}}), &shape).unwrap_err();
-    assert!(err.starts_with("'mcp__s__t' returned a result that does not match its output schema at /count: "), "{err}");
-    assert_eq!(read_with(json!({"content": [], "structuredContent": {"count": 3}}), &shape).unwrap(), json!({"count": 3}));
+    assert!(
+        err.starts_with("'mcp__s__t' returned a result that does not match its output schema at /count: "),
+        "{err}"
+    );
+    assert_eq!(
+        read_with(json!({"content": [], "structuredContent": {"count": 3}}), &shape).unwrap(),
+        json!({"count": 3})
+    );
     let err = read_with(json!({"content": [text("{}")]}), &shape).unwrap_err();
     assert!(err.contains("declares an output schema but returned no structured content"), "{err}");
 }

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::ServiceExt;
 use serde_json::{Map, Value, json};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
@@ -22,7 +22,8 @@ pub fn binary() -> PathBuf {
 
 /// A path in the repository (`$PTC_TEST_REPO` for a copied checkout).
 pub fn repo_path(relative: &str) -> PathBuf {
-    let root = std::env::var_os("PTC_TEST_REPO").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let root =
+        std::env::var_os("PTC_TEST_REPO").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     root.join(relative)
 }
 
@@ -35,7 +36,8 @@ pub fn mock_server(name: &str, flags: &[&str]) -> String {
 
 /// A config with these server entries (already YAML list items) and extra `execution` keys.
 pub fn config(servers: &[String], execution: &str) -> String {
-    let servers = if servers.is_empty() { "servers: []\n".to_string() } else { format!("servers:\n{}", servers.concat()) };
+    let servers =
+        if servers.is_empty() { "servers: []\n".to_string() } else { format!("servers:\n{}", servers.concat()) };
     format!("{servers}execution:\n  sandbox: {}\n{}{execution}", sandbox_under_test(), sandbox_keys())
 }
 
@@ -152,7 +154,9 @@ impl Ptc {
     pub async fn outcomes(&self, calls: &[String]) -> Vec<String> {
         let code: String = calls
             .iter()
-            .map(|call| format!("try:\n    print(repr(await {call}))\nexcept ToolError as e:\n    print('ToolError:', e)\n"))
+            .map(|call| {
+                format!("try:\n    print(repr(await {call}))\nexcept ToolError as e:\n    print('ToolError:', e)\n")
+            })
             .collect();
         let run = self.execute(&code).await;
         run.expect_ok();
