@@ -127,3 +127,26 @@ async fn wait_for_a_container(pid: u32) -> bool {
     }
     false
 }
+
+#[tokio::test]
+async fn no_container_is_left_when_the_server_is_stopped_while_a_container_is_being_created() {
+    let Some(mut ptc) = docker_ptc("  pool_size: 0\n").await else { return };
+    let pid = ptc.child.id().unwrap();
+    let peer = ptc.client.peer().clone();
+    let params = rmcp::model::CallToolRequestParams::new("execute_program")
+        .with_arguments(json!({"code": "print('never seen')"}).as_object().unwrap().clone());
+    let run = tokio::spawn(async move { peer.call_tool(params).await });
+    // Creating a container takes the engine longer than this: the signal arrives while it is under way.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // SAFETY: kill with a child pid we own.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let status =
+        tokio::time::timeout(Duration::from_secs(20), ptc.child.wait()).await.expect("the server stops on SIGTERM");
+    assert!(status.unwrap().success());
+    run.abort();
+    assert!(
+        all_gone(pid, Duration::from_secs(20)).await,
+        "containers survived the stopped server: {:?}",
+        containers_of(pid)
+    );
+}

@@ -9,10 +9,12 @@ pub mod spec;
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::Docker;
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, KillContainerOptions, ListContainersOptions,
     RemoveContainerOptions, WaitContainerOptions,
@@ -21,6 +23,7 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
 
 pub use spec::DockerSettings;
 use spec::{LABEL, confined_source, container_body, runner_command};
@@ -51,6 +54,11 @@ pub struct DockerBackend {
     docker: OnceCell<Result<Docker, String>>,
     /// The image's interpreter, found once by the probe.
     image_python: OnceCell<Result<ImagePython, String>>,
+    /// Containers being created and started. Each start runs to its end even when its caller gives up, so
+    /// that shutdown can wait for them and then find every container this server made.
+    starts: TaskTracker,
+    /// Set at shutdown (under the lock, so no start slips in after shutdown's wait): no new containers.
+    closing: Mutex<bool>,
 }
 
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -67,7 +75,14 @@ impl DockerBackend {
     pub fn new(settings: DockerSettings) -> Self {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let instance = format!("{}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff);
-        DockerBackend { settings, instance, docker: OnceCell::new(), image_python: OnceCell::new() }
+        DockerBackend {
+            settings,
+            instance,
+            docker: OnceCell::new(),
+            image_python: OnceCell::new(),
+            starts: TaskTracker::new(),
+            closing: Mutex::new(false),
+        }
     }
 
     fn engine_name(&self) -> String {
@@ -194,28 +209,38 @@ impl DockerBackend {
         hide_etc: bool,
     ) -> Result<RunnerProcess, StartError> {
         let body = container_body(&self.settings, limits, command, &self.instance, hide_etc);
-        let created = docker
-            .create_container(None::<CreateContainerOptions>, body)
-            .await
-            .map_err(|e| StartError::Create(e.to_string()))?;
-        let id = created.id;
-        // From here on the guard removes the container if anything below fails.
-        let mut guard = Cleanup { docker: docker.clone(), id: id.clone(), armed: true };
-        let attach =
-            AttachContainerOptions { stream: true, stdin: true, stdout: true, stderr: true, ..Default::default() };
-        // The engine answers a wait as soon as the waiter is registered; start it before the container.
-        let waiter = tokio::spawn(wait_removed(docker.clone(), id.clone()));
-        let attached =
-            docker.attach_container(&id, Some(attach)).await.map_err(|e| StartError::Attach(e.to_string()))?;
-        docker.start_container(&id, None).await.map_err(|e| StartError::Start(e.to_string()))?;
-        guard.armed = false;
-        let stderr_tail = StderrTail::default();
-        let (pipe_in, pipe_out) = tokio::io::duplex(64 * 1024);
-        tokio::spawn(demultiplex(attached.output, pipe_in, stderr_tail.clone()));
-        let control = DockerControl { docker: docker.clone(), id, waiter, exited: None, stderr_tail, removed: false };
-        let from_runner: Pin<Box<dyn AsyncRead + Send>> = Box::pin(pipe_out);
-        Ok(RunnerProcess { to_runner: attached.input, from_runner, control: Box::new(control) })
+        let task = {
+            let closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+            if *closing {
+                return Err(StartError::Closing);
+            }
+            self.starts.spawn(create_and_start(docker.clone(), body))
+        };
+        task.await.unwrap_or_else(|e| Err(StartError::Start(format!("the start was interrupted: {e}"))))
     }
+}
+
+/// Creates, attaches and starts one container; on any failure after creation, the container is removed.
+async fn create_and_start(docker: Docker, body: ContainerCreateBody) -> Result<RunnerProcess, StartError> {
+    let created = docker
+        .create_container(None::<CreateContainerOptions>, body)
+        .await
+        .map_err(|e| StartError::Create(e.to_string()))?;
+    let id = created.id;
+    // From here on the guard removes the container if anything below fails.
+    let mut guard = Cleanup { docker: docker.clone(), id: id.clone(), armed: true };
+    let attach = AttachContainerOptions { stream: true, stdin: true, stdout: true, stderr: true, ..Default::default() };
+    // The engine answers a wait as soon as the waiter is registered; start it before the container.
+    let waiter = tokio::spawn(wait_removed(docker.clone(), id.clone()));
+    let attached = docker.attach_container(&id, Some(attach)).await.map_err(|e| StartError::Attach(e.to_string()))?;
+    docker.start_container(&id, None).await.map_err(|e| StartError::Start(e.to_string()))?;
+    guard.armed = false;
+    let stderr_tail = StderrTail::default();
+    let (pipe_in, pipe_out) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(demultiplex(attached.output, pipe_in, stderr_tail.clone()));
+    let control = DockerControl { docker, id, waiter, exited: None, stderr_tail, removed: false };
+    let from_runner: Pin<Box<dyn AsyncRead + Send>> = Box::pin(pipe_out);
+    Ok(RunnerProcess { to_runner: attached.input, from_runner, control: Box::new(control) })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -226,6 +251,8 @@ enum StartError {
     Attach(String),
     #[error("could not start the container: {0}")]
     Start(String),
+    #[error("the server is shutting down")]
+    Closing,
 }
 
 #[async_trait]
@@ -282,6 +309,9 @@ impl SandboxBackend for DockerBackend {
     }
 
     async fn shutdown(&self) {
+        *self.closing.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.starts.close();
+        self.starts.wait().await;
         if let Some(Ok(docker)) = self.docker.get() {
             let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL}={}", self.instance)])]);
             remove_listed(docker, filters, |_| true).await;
@@ -374,7 +404,10 @@ async fn remove_listed(
     pick: impl Fn(&bollard::models::ContainerSummary) -> bool,
 ) {
     let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-    let Ok(containers) = docker.list_containers(Some(options)).await else { return };
+    let containers = match docker.list_containers(Some(options)).await {
+        Ok(containers) => containers,
+        Err(e) => return tracing::warn!("could not list this server's containers to remove them: {e}"),
+    };
     let removals =
         containers.iter().filter(|c| pick(c)).filter_map(|c| c.id.as_deref()).map(|id| force_remove(docker, id));
     futures_util::future::join_all(removals).await;
