@@ -129,7 +129,8 @@ pub struct RunnerProcess {
 #[async_trait]
 pub trait SandboxBackend: Send + Sync {
     fn kind(&self) -> SandboxKind;
-    /// Checks what this backend can do here. Cheap enough to call at start-up; the server caches it.
+    /// Checks what this backend can do here. Cheap enough to call at start-up; the server keeps a usable answer
+    /// and asks again (now and then) while the answer is unavailable.
     async fn probe(&self) -> Availability;
     /// Starts one runner for one run.
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError>;

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptc_backends::{Availability, SandboxBackend, SpawnRequest};
-use tokio::sync::OnceCell;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -23,10 +24,25 @@ pub use report::RunReport;
 
 /// How long the first run after start-up waits for servers that are still connecting.
 pub const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(15);
+/// An unusable sandbox is probed again after this long, so that a passing failure (an engine still starting,
+/// an overloaded machine) does not last until the server restarts, while runs in between fail at once.
+const REPROBE_AFTER: Duration = Duration::from_secs(30);
+
+struct Probed {
+    availability: Availability,
+    at: Instant,
+}
+
+impl Probed {
+    fn still_holds(&self, now: Instant) -> bool {
+        self.availability.is_usable() || now.duration_since(self.at) < REPROBE_AFTER
+    }
+}
 
 pub struct Engine {
     backend: Arc<dyn SandboxBackend>,
-    availability: OnceCell<Availability>,
+    /// The last probe's answer; a usable one is kept for good.
+    availability: Mutex<Option<Probed>>,
     pool: Arc<RunnerPool>,
     /// Runners of finished runs still being reaped and cleaned up.
     cleanups: TaskTracker,
@@ -38,7 +54,7 @@ impl Engine {
     pub fn new(backend: Arc<dyn SandboxBackend>, registry: Arc<Registry>, settings: ExecutionConfig) -> Self {
         let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
         let pool = RunnerPool::new(Arc::clone(&backend), request, settings.pool_size);
-        Engine { backend, availability: OnceCell::new(), pool, cleanups: TaskTracker::new(), registry, settings }
+        Engine { backend, availability: Mutex::new(None), pool, cleanups: TaskTracker::new(), registry, settings }
     }
 
     pub fn settings(&self) -> &ExecutionConfig {
@@ -49,17 +65,19 @@ impl Engine {
         self.backend.kind()
     }
 
-    /// The backend's availability, probed once; when usable, the pool of ready runners starts filling.
-    pub async fn availability(&self) -> &Availability {
-        self.availability
-            .get_or_init(|| async {
-                let availability = self.backend.probe().await;
-                if availability.is_usable() {
-                    self.pool.refill();
-                }
-                availability
-            })
-            .await
+    /// The backend's availability: probed on first use, and again (at most every [`REPROBE_AFTER`]) while
+    /// unusable. Once usable, the pool of ready runners starts filling.
+    pub async fn availability(&self) -> Availability {
+        let mut last = self.availability.lock().await;
+        if let Some(probed) = last.as_ref().filter(|probed| probed.still_holds(Instant::now())) {
+            return probed.availability.clone();
+        }
+        let availability = self.backend.probe().await;
+        if availability.is_usable() {
+            self.pool.refill();
+        }
+        *last = Some(Probed { availability: availability.clone(), at: Instant::now() });
+        availability
     }
 
     /// At shutdown: kills the runners waiting in the pool, finishes cleaning up after past runs, and lets the
@@ -97,5 +115,22 @@ impl Engine {
         let report = run::drive(runner, context).await;
         self.pool.refill();
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usable_sandbox_is_kept_and_an_unusable_one_is_probed_again_later() {
+        let at = Instant::now();
+        let probed = |availability| Probed { availability, at };
+        let later = at + REPROBE_AFTER;
+        let usable = probed(Availability::Available { detail: "ok".into() });
+        assert!(usable.still_holds(at) && usable.still_holds(later));
+        let unusable = probed(Availability::Unavailable { reason: "engine down".into() });
+        assert!(unusable.still_holds(at + REPROBE_AFTER / 2));
+        assert!(!unusable.still_holds(later));
     }
 }

@@ -51,9 +51,10 @@ pub struct DockerBackend {
     settings: DockerSettings,
     /// Labels this server's containers (`ptc-mcp.server=<instance>`), for the clean-up at shutdown.
     instance: String,
-    docker: OnceCell<Result<Docker, String>>,
-    /// The image's interpreter, found once by the probe.
-    image_python: OnceCell<Result<ImagePython, String>>,
+    /// Connected once; a failure is not kept, so an engine started later is found by the next probe.
+    docker: OnceCell<Docker>,
+    /// The image's interpreter, found once by the probe (failures are not kept either).
+    image_python: OnceCell<ImagePython>,
     /// Containers being created and started. Each start runs to its end even when its caller gives up, so
     /// that shutdown can wait for them and then find every container this server made.
     starts: TaskTracker,
@@ -95,28 +96,29 @@ impl DockerBackend {
 
     /// The engine client, connected and with the API version agreed once.
     async fn docker(&self) -> Result<&Docker, String> {
-        let result = self.docker.get_or_init(|| async {
-            let engine = self.engine_name();
-            let unreachable = |e: &dyn std::fmt::Display| {
-                format!(
-                    "cannot reach the Docker engine at {engine}: {e}; start Docker there, or point \
+        self.docker
+            .get_or_try_init(|| async {
+                let engine = self.engine_name();
+                let unreachable = |e: &dyn std::fmt::Display| {
+                    format!(
+                        "cannot reach the Docker engine at {engine}: {e}; start Docker there, or point \
                      execution.docker.host (or DOCKER_HOST) at a running engine (unix:///path/docker.sock, \
                      tcp://host:2375, https://host:2376 with DOCKER_CERT_PATH)"
-                )
-            };
-            let client = match &self.settings.host {
-                Some(host) => Docker::connect_with_host(host),
-                None => Docker::connect_with_defaults(),
-            }
-            .map_err(|e| unreachable(&e))?;
-            let client = tokio::time::timeout(Duration::from_secs(15), client.negotiate_version())
-                .await
-                .map_err(|_| unreachable(&"no answer within 15 s"))?
+                    )
+                };
+                let client = match &self.settings.host {
+                    Some(host) => Docker::connect_with_host(host),
+                    None => Docker::connect_with_defaults(),
+                }
                 .map_err(|e| unreachable(&e))?;
-            remove_stale(&client).await;
-            Ok(client)
-        });
-        result.await.as_ref().map_err(Clone::clone)
+                let client = tokio::time::timeout(Duration::from_secs(15), client.negotiate_version())
+                    .await
+                    .map_err(|_| unreachable(&"no answer within 15 s"))?
+                    .map_err(|e| unreachable(&e))?;
+                remove_stale(&client).await;
+                Ok(client)
+            })
+            .await
     }
 
     fn unavailable(reason: String) -> SpawnError {
@@ -197,7 +199,7 @@ impl DockerBackend {
     }
 
     async fn image_python(&self) -> Result<&ImagePython, String> {
-        self.image_python.get_or_init(|| self.find_python()).await.as_ref().map_err(Clone::clone)
+        self.image_python.get_or_try_init(|| self.find_python()).await
     }
 
     /// Creates, attaches and starts one container running `command`.
@@ -312,7 +314,7 @@ impl SandboxBackend for DockerBackend {
         *self.closing.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.starts.close();
         self.starts.wait().await;
-        if let Some(Ok(docker)) = self.docker.get() {
+        if let Some(docker) = self.docker.get() {
             let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL}={}", self.instance)])]);
             remove_listed(docker, filters, |_| true).await;
         }
