@@ -79,12 +79,30 @@ pub(crate) fn host_runner(mut child: Child, scratch: TempDir) -> Result<RunnerPr
     };
     let to_runner = child.stdin.take().ok_or_else(|| missing("stdin"))?;
     let from_runner = child.stdout.take().ok_or_else(|| missing("stdout"))?;
+    widen_pipe(&to_runner);
+    widen_pipe(&from_runner);
     let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
     let tail = StderrTail::default();
     tokio::spawn(keep_stderr_tail(stderr, tail.clone()));
     let pgid = child.id().map(|pid| pid as libc::pid_t);
     let control = HostControl { child, pgid, exited: None, stderr_tail: tail, _scratch: scratch };
     Ok(RunnerProcess { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), control: Box::new(control) })
+}
+
+/// Pipe capacity for the channel: a multi-megabyte result then moves in a few large writes and reads
+/// instead of 64 KiB pieces, each a context switch between server and runner.
+#[cfg(target_os = "linux")]
+const CHANNEL_PIPE_BYTES: libc::c_int = 1 << 20;
+
+/// Best effort: a system whose `fs.pipe-max-size` is lower keeps the default size.
+fn widen_pipe(pipe: &impl std::os::fd::AsRawFd) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: fcntl on a pipe fd we own; failure leaves the pipe as it was.
+    unsafe {
+        libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, CHANNEL_PIPE_BYTES);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = pipe;
 }
 
 async fn keep_stderr_tail(mut stderr: ChildStderr, tail: StderrTail) {

@@ -65,9 +65,21 @@ impl<'a> ToRunner<'a> {
 
     /// The message as one protocol line, newline included.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut line = serde_json::to_vec(self).expect("protocol messages always serialise");
+        // Sized up front: a multi-megabyte result is copied into the line once, not regrown into it.
+        let mut line = Vec::with_capacity(self.payload_len() + 128);
+        serde_json::to_writer(&mut line, self).expect("protocol messages always serialise");
         line.push(b'\n');
         line
+    }
+
+    /// The bytes of the message's variable parts (escaping may add some).
+    fn payload_len(&self) -> usize {
+        match self {
+            ToRunner::Run { code, tools, .. } => code.len() + tools.iter().map(|tool| tool.len() + 3).sum::<usize>(),
+            ToRunner::Result { value, error, .. } => {
+                value.map_or(0, |value| value.get().len()) + error.map_or(0, |error| error.len())
+            }
+        }
     }
 }
 

@@ -256,6 +256,30 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual([c["id"] for c in self.of_type(messages, "call")], [1, 2, 3])
         self.assertEqual(self.output(messages), "[10, 20, 30]\n")
 
+    def test_results_split_across_writes_or_sharing_one_arrive_whole(self):
+        runner = self.start()
+        big = "y" * (3 * 1024 * 1024)
+        held = []
+
+        def answer(request):  # answer both calls in one go: the big one in pieces, the small one in its last piece
+            held.append(request)
+            if len(held) < 2:
+                return None
+            first, second = held
+            data = (json.dumps(ok(first, big)) + "\n" + json.dumps(ok(second, "small")) + "\n").encode()
+            for start in range(0, len(data), 700_001):
+                runner.proc.stdin.write(data[start:start + 700_001])
+                runner.proc.stdin.flush()
+            return None
+
+        messages = self.run_program("""
+            import asyncio
+            a, b = await asyncio.gather(mcp__s__t(), mcp__s__t())
+            print(len(a), a == "y" * len(a), b)
+        """, tools=["mcp__s__t"], answer=answer, runner=runner)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), f"{len(big)} True small\n")
+
     def test_tools_work_from_sync_code_and_threads_via_asyncio_run(self):
         messages = self.run_program("""
             import asyncio, threading

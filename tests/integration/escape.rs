@@ -164,7 +164,7 @@ def runner_fds():
     import gc
     channel = next(o for o in gc.get_objects() if type(o).__name__ == 'Channel')
     drain = next(o for o in gc.get_objects() if type(o).__name__ == 'FdDrain')
-    return channel._in.fileno(), channel._out, drain._fd
+    return channel._in, channel._out, drain._fd
 
 
 def exec_argv(what):
