@@ -77,11 +77,7 @@ async fn no_container_is_left_when_the_server_is_killed_mid_run() {
     // With a pool, the ready runners' containers must go too.
     let Some(mut ptc) = docker_ptc("  pool_size: 2\n").await else { return };
     let pid = ptc.child.id().unwrap();
-    let peer = ptc.client.peer().clone();
-    let params = rmcp::model::CallToolRequestParams::new("execute_program").with_arguments(
-        json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(600)"}).as_object().unwrap().clone(),
-    );
-    let run = tokio::spawn(async move { peer.call_tool(params).await });
+    let run = start_a_run(&ptc, "import time\nprint('started', flush=True)\ntime.sleep(600)");
     assert!(wait_for_a_container(pid).await, "the run's container never appeared");
     // SIGKILL: no clean-up code runs in the server; the engine removes the container once the runner's
     // stdin closes with the server's connection.
@@ -97,14 +93,26 @@ async fn no_container_is_left_when_the_server_is_killed_mid_run() {
 
 #[tokio::test]
 async fn no_container_is_left_when_the_server_is_stopped_mid_run() {
-    let Some(mut ptc) = docker_ptc("  pool_size: 2\n").await else { return };
+    let Some(ptc) = docker_ptc("  pool_size: 2\n").await else { return };
     let pid = ptc.child.id().unwrap();
+    let run = start_a_run(&ptc, "import time\ntime.sleep(600)");
+    assert!(wait_for_a_container(pid).await, "the run's container never appeared");
+    stop_and_expect_no_container(ptc, run).await;
+}
+
+/// Sends `code` to run without waiting for its result.
+fn start_a_run(ptc: &Ptc, code: &str) -> tokio::task::JoinHandle<()> {
     let peer = ptc.client.peer().clone();
-    let code = "import time\ntime.sleep(600)";
     let params = rmcp::model::CallToolRequestParams::new("execute_program")
         .with_arguments(json!({"code": code}).as_object().unwrap().clone());
-    let run = tokio::spawn(async move { peer.call_tool(params).await });
-    assert!(wait_for_a_container(pid).await, "the run's container never appeared");
+    tokio::spawn(async move {
+        let _ = peer.call_tool(params).await;
+    })
+}
+
+/// Stops the server with SIGTERM mid-`run`; it must exit cleanly and leave no container behind.
+async fn stop_and_expect_no_container(mut ptc: Ptc, run: tokio::task::JoinHandle<()>) {
+    let pid = ptc.child.id().unwrap();
     // SAFETY: kill with a child pid we own.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let status =
@@ -130,23 +138,9 @@ async fn wait_for_a_container(pid: u32) -> bool {
 
 #[tokio::test]
 async fn no_container_is_left_when_the_server_is_stopped_while_a_container_is_being_created() {
-    let Some(mut ptc) = docker_ptc("  pool_size: 0\n").await else { return };
-    let pid = ptc.child.id().unwrap();
-    let peer = ptc.client.peer().clone();
-    let params = rmcp::model::CallToolRequestParams::new("execute_program")
-        .with_arguments(json!({"code": "print('never seen')"}).as_object().unwrap().clone());
-    let run = tokio::spawn(async move { peer.call_tool(params).await });
+    let Some(ptc) = docker_ptc("  pool_size: 0\n").await else { return };
+    let run = start_a_run(&ptc, "print('never seen')");
     // Creating a container takes the engine longer than this: the signal arrives while it is under way.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    // SAFETY: kill with a child pid we own.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let status =
-        tokio::time::timeout(Duration::from_secs(20), ptc.child.wait()).await.expect("the server stops on SIGTERM");
-    assert!(status.unwrap().success());
-    run.abort();
-    assert!(
-        all_gone(pid, Duration::from_secs(20)).await,
-        "containers survived the stopped server: {:?}",
-        containers_of(pid)
-    );
+    stop_and_expect_no_container(ptc, run).await;
 }
