@@ -47,7 +47,6 @@ fn main() -> ExitCode {
         }
     };
     protect_from_same_user_processes();
-    share_one_heap_between_threads();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -178,16 +177,5 @@ fn protect_from_same_user_processes() {
     // SAFETY: prctl with integer arguments.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0);
-    }
-}
-
-/// Tool results of many megabytes pass through in a few buffers each. With glibc's default of one heap per
-/// thread, each worker thread keeps the freed buffers it happened to allocate, and the server's memory grows
-/// with every large result; one shared heap reuses them (the server's few threads barely contend for it).
-fn share_one_heap_between_threads() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt with integer arguments, before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
