@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-/// The oldest Python the runner supports (it needs top-level await and modern asyncio).
-const MIN_VERSION: (u32, u32) = (3, 9);
+/// The oldest Python the runner supports (it needs top-level await and modern asyncio), as written to users.
+pub(crate) const MIN_VERSION: &str = "3.9";
+const MIN_VERSION_PARTS: (u32, u32) = (3, 9);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Printed by the probed interpreter: where it and its files live, as one JSON object.
 const PROBE_SCRIPT: &str = "import json, sys, sysconfig; print(json.dumps({'executable': sys.executable, \
@@ -84,15 +85,16 @@ pub async fn resolve_python(configured: &str) -> Result<Python, PythonError> {
 }
 
 fn check_version(program: &str, version: &str) -> Result<(), PythonError> {
-    let parsed = version.split_once('.').and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
-    match parsed {
-        Some(found) if found >= MIN_VERSION => Ok(()),
-        _ => Err(PythonError::TooOld {
-            program: program.to_string(),
-            found: version.to_string(),
-            needed: format!("{}.{}", MIN_VERSION.0, MIN_VERSION.1),
-        }),
+    if is_supported(version) {
+        return Ok(());
     }
+    Err(PythonError::TooOld { program: program.to_string(), found: version.to_string(), needed: MIN_VERSION.into() })
+}
+
+/// Whether `version` ("3.11" or "3.11.4") is one the runner supports; anything unreadable is not.
+pub(crate) fn is_supported(version: &str) -> bool {
+    let mut parts = version.split('.').map(str::parse::<u32>);
+    matches!((parts.next(), parts.next()), (Some(Ok(major)), Some(Ok(minor))) if (major, minor) >= MIN_VERSION_PARTS)
 }
 
 /// A name containing a slash is a path; anything else is looked up in `path` like a shell would.
@@ -131,6 +133,8 @@ mod tests {
         assert!(matches!(check_version("p", "3.8"), Err(PythonError::TooOld { .. })));
         assert!(matches!(check_version("p", "2.7"), Err(PythonError::TooOld { .. })));
         assert!(matches!(check_version("p", "garbage"), Err(PythonError::TooOld { .. })));
+        // Images report the full version.
+        assert!(is_supported("3.12.1") && !is_supported("3.8.18") && !is_supported("3") && !is_supported("3.x"));
     }
 
     #[tokio::test]

@@ -28,6 +28,7 @@ use tokio_util::task::TaskTracker;
 pub use spec::DockerSettings;
 use spec::{LABEL, confined_source, container_body, runner_command};
 
+use crate::python;
 use crate::tail::StderrTail;
 use crate::{
     Availability, ExitInfo, Limits, RunnerControl, RunnerProcess, SandboxBackend, SandboxKind, SpawnError,
@@ -44,8 +45,6 @@ const STALE_AFTER: Duration = Duration::from_secs(120);
 /// Printed by the probe: the interpreter the image has, after the confinement prologue ran.
 const PROBE_SCRIPT: &str = "import json, os, sys\nprint(json.dumps({'executable': sys.executable, \
 'version': '%d.%d.%d' % sys.version_info[:3], 'machine': os.uname().machine}))";
-/// The oldest Python the runner supports.
-const MIN_VERSION: (u32, u32) = (3, 9);
 
 pub struct DockerBackend {
     settings: DockerSettings,
@@ -154,11 +153,11 @@ impl DockerBackend {
                 Err(e) => return Err(e),
             },
         };
-        let parsed = found.version.split('.').take(2).map(|n| n.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
-        if parsed.len() < 2 || (parsed[0], parsed[1]) < MIN_VERSION {
+        if !python::is_supported(&found.version) {
             return Err(format!(
-                "python3 in image '{image}' is {}, but the runner needs {}.{} or later",
-                found.version, MIN_VERSION.0, MIN_VERSION.1
+                "python3 in image '{image}' is {}, but the runner needs {} or later",
+                found.version,
+                python::MIN_VERSION
             ));
         }
         Ok(ImagePython { hide_etc, ..found })
@@ -175,9 +174,8 @@ impl DockerBackend {
                 if message.contains("executable file not found") || message.contains("no such file") =>
             {
                 format!(
-                    "image '{image}' has no python3 on its PATH; use an image with CPython {}.{} or later, such as {}",
-                    MIN_VERSION.0,
-                    MIN_VERSION.1,
+                    "image '{image}' has no python3 on its PATH; use an image with CPython {} or later, such as {}",
+                    python::MIN_VERSION,
                     spec::DEFAULT_IMAGE
                 )
             }

@@ -80,7 +80,7 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
         build_root(&policy, &sources)?;
         layers.push(format!(
             "user/mount/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch",
-            policy.scratch_mb
+            policy.limits.scratch_mb
         ));
     } else {
         layers.push(format!("no namespaces ({})", std::io::Error::last_os_error()));
@@ -187,7 +187,7 @@ fn build_root(policy: &Policy, sources: &[OwnedFd]) -> Result<(), StepError> {
     }
     let scratch = inside(&policy.scratch);
     step("creating the scratch directory", std::fs::create_dir_all(&scratch))?;
-    let options = format!("size={}m,mode=700,uid={SANDBOX_ID},gid={SANDBOX_ID}", policy.scratch_mb);
+    let options = format!("size={}m,mode=700,uid={SANDBOX_ID},gid={SANDBOX_ID}", policy.limits.scratch_mb);
     mount(
         Some(Path::new("tmpfs")),
         &scratch,

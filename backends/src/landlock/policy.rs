@@ -15,7 +15,6 @@ pub const SANDBOX_ID: u32 = 1000;
 pub struct Policy {
     /// The program's working directory, `HOME` and `TMPDIR`: a sized tmpfs inside the sandbox.
     pub scratch: PathBuf,
-    pub scratch_mb: u64,
     /// Host paths bound read-only at the same path in the new root.
     pub binds: Vec<Bind>,
     /// Symbolic links recreated in the new root (e.g. `/lib -> usr/lib` on merged-/usr systems).
@@ -143,7 +142,6 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
     }
     Policy {
         scratch: request.scratch,
-        scratch_mb: request.limits.scratch_mb,
         binds,
         symlinks,
         hidden,
