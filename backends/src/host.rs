@@ -3,11 +3,13 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, Command};
+use tokio::task::JoinHandle;
 
 use crate::protocol::RUNNER_SOURCE;
 use crate::tail::StderrTail;
@@ -83,11 +85,14 @@ pub(crate) fn host_runner(mut child: Child, scratch: TempDir) -> Result<RunnerPr
     widen_pipe(&from_runner);
     let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
     let tail = StderrTail::default();
-    tokio::spawn(keep_stderr_tail(stderr, tail.clone()));
+    let stderr_reader = Some(tokio::spawn(keep_stderr_tail(stderr, tail.clone())));
     let pgid = child.id().map(|pid| pid as libc::pid_t);
-    let control = HostControl { child, pgid, exited: None, stderr_tail: tail, _scratch: scratch };
+    let control = HostControl { child, pgid, exited: None, stderr_tail: tail, stderr_reader, _scratch: scratch };
     Ok(RunnerProcess { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), control: Box::new(control) })
 }
+
+/// How long a killed runner's stderr may take to reach its end (a process that left the group can hold it).
+const STDERR_DRAIN: Duration = Duration::from_secs(1);
 
 /// Pipe capacity for the channel: a multi-megabyte result then moves in a few large writes and reads
 /// instead of 64 KiB pieces, each a context switch between server and runner.
@@ -118,6 +123,8 @@ struct HostControl {
     pgid: Option<libc::pid_t>,
     exited: Option<ExitInfo>,
     stderr_tail: StderrTail,
+    /// Fills `stderr_tail`; ends once nothing holds the runner's stderr open.
+    stderr_reader: Option<JoinHandle<()>>,
     /// Dropped (removed) after the control, i.e. after the group is killed.
     _scratch: TempDir,
 }
@@ -150,6 +157,11 @@ impl RunnerControl for HostControl {
     async fn kill(&mut self) {
         self.start_kill();
         self.wait().await;
+        // With the group gone nothing should hold stderr open; once the reader reaches its end, the tail has
+        // the runner's last words (a helper's reason for failing).
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
+        }
     }
 
     fn start_kill(&mut self) {
@@ -175,5 +187,33 @@ fn exit_info(status: std::process::ExitStatus) -> ExitInfo {
         (Some(code), _) => ExitInfo::Code(code),
         (None, Some(signal)) => ExitInfo::Signal(signal),
         (None, None) => ExitInfo::Unknown(status.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_finished_runner_s_last_stderr_words_are_in_the_tail() {
+        let request = SpawnRequest { limits: crate::Limits::default(), timeout: Duration::from_secs(10) };
+        let script = "printf 'ready\\n'; printf 'first\\n' >&2; sleep 0.1; printf 'last words\\n' >&2; exit 3";
+        let runner = spawn_confined(&request, |_| ["/bin/sh", "-c", script].map(String::from).to_vec()).unwrap();
+        let probe = runner.finish_probe(Duration::from_secs(10)).await;
+        assert!(probe.completed);
+        assert_eq!(probe.stdout, "ready\n");
+        assert_eq!(probe.exit, ExitInfo::Code(3));
+        assert!(probe.stderr.ends_with("last words\n"), "{:?}", probe.stderr);
+    }
+
+    #[tokio::test]
+    async fn a_probe_that_hangs_is_killed_at_its_limit() {
+        let request = SpawnRequest { limits: crate::Limits::default(), timeout: Duration::from_secs(10) };
+        let runner = spawn_confined(&request, |_| ["/bin/sh", "-c", "sleep 60"].map(String::from).to_vec()).unwrap();
+        let started = std::time::Instant::now();
+        let probe = runner.finish_probe(Duration::from_millis(200)).await;
+        assert!(!probe.completed);
+        assert_eq!(probe.exit, ExitInfo::Signal(libc::SIGKILL));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -20,6 +20,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -113,7 +114,8 @@ pub trait RunnerControl: Send {
     /// Sends the kill without waiting for it to take effect (a run's result need not wait for the reaping);
     /// `kill` still follows. Backends whose kill is only asynchronous leave it to `kill`.
     fn start_kill(&mut self) {}
-    /// The last few KiB the runner wrote to stderr (diagnostics, never shown as program output).
+    /// The last few KiB the runner wrote to stderr (diagnostics, never shown as program output); complete
+    /// once `kill` has returned.
     fn stderr_tail(&self) -> String;
 }
 
@@ -123,6 +125,32 @@ pub struct RunnerProcess {
     pub to_runner: Pin<Box<dyn AsyncWrite + Send>>,
     pub from_runner: Pin<Box<dyn AsyncRead + Send>>,
     pub control: Box<dyn RunnerControl>,
+}
+
+/// What a probe's interpreter printed and how it ended.
+pub(crate) struct ProbeOutput {
+    pub stdout: String,
+    /// The probe closed its stdout within the time limit.
+    pub completed: bool,
+    pub exit: ExitInfo,
+    pub stderr: String,
+}
+
+impl RunnerProcess {
+    /// Reads all a probe prints (for up to `limit`), then ends it; a probe still running then is killed, not
+    /// waited for.
+    pub(crate) async fn finish_probe(mut self, limit: Duration) -> ProbeOutput {
+        use tokio::io::AsyncReadExt;
+        let mut stdout = String::new();
+        let read = tokio::time::timeout(limit, self.from_runner.read_to_string(&mut stdout)).await;
+        let completed = matches!(read, Ok(Ok(_)));
+        if !completed {
+            self.control.kill().await;
+        }
+        let exit = self.control.wait().await;
+        self.control.kill().await;
+        ProbeOutput { stdout, completed, exit, stderr: self.control.stderr_tail() }
+    }
 }
 
 /// A way to start and contain runners. Object-safe so the server can hold `Arc<dyn SandboxBackend>`.

@@ -169,7 +169,7 @@ impl DockerBackend {
         let limits = Limits::default();
         let source = confined_source(&limits, rlimits::cpu_seconds(PROBE_TIMEOUT), PROBE_SCRIPT);
         let command = vec!["python3".to_string(), "-I".into(), "-S".into(), "-c".into(), source];
-        let mut runner = self.start(docker, &limits, command, hide_etc).await.map_err(|e| match e {
+        let runner = self.start(docker, &limits, command, hide_etc).await.map_err(|e| match e {
             StartError::Start(message)
                 if message.contains("executable file not found") || message.contains("no such file") =>
             {
@@ -181,17 +181,13 @@ impl DockerBackend {
             }
             other => other.to_string(),
         })?;
-        let mut stdout = String::new();
-        use tokio::io::AsyncReadExt;
-        let read = tokio::time::timeout(PROBE_TIMEOUT, runner.from_runner.read_to_string(&mut stdout)).await;
-        let exit = runner.control.wait().await;
-        let stderr = runner.control.stderr_tail();
-        runner.control.kill().await;
-        match (read, serde_json::from_str(stdout.trim())) {
-            (Ok(Ok(_)), Ok(found)) => Ok(found),
+        let probe = runner.finish_probe(PROBE_TIMEOUT).await;
+        match serde_json::from_str(probe.stdout.trim()) {
+            Ok(found) if probe.completed => Ok(found),
             _ => Err(format!(
-                "python3 in image '{image}' could not start confined ({exit}): {}",
-                if stderr.trim().is_empty() { stdout.trim() } else { stderr.trim() }
+                "python3 in image '{image}' could not start confined ({}): {}",
+                probe.exit,
+                if probe.stderr.trim().is_empty() { probe.stdout.trim() } else { probe.stderr.trim() }
             )),
         }
     }

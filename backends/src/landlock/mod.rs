@@ -101,29 +101,13 @@ impl SandboxBackend for LandlockBackend {
     }
 }
 
-/// The runner's stderr once the helper's own line (its layers, or why it failed) is in: another task reads
-/// stderr, so right after the exit it may not be there yet. Gives up after a second under heavy load.
-async fn helper_report(control: &mut Box<dyn crate::RunnerControl>) -> String {
-    for _ in 0..50 {
-        let stderr = control.stderr_tail();
-        if stderr.contains("ptc-landlock: ") {
-            return stderr;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    control.stderr_tail()
-}
-
 /// Reads what the probe's confined interpreter printed and the helper's report of the layers in force.
-async fn probe_outcome(mut runner: RunnerProcess) -> Availability {
-    use tokio::io::AsyncReadExt;
-    let mut stdout = String::new();
-    let read = tokio::time::timeout(PROBE_TIMEOUT, runner.from_runner.read_to_string(&mut stdout)).await;
-    let exit = runner.control.wait().await;
-    let stderr = helper_report(&mut runner.control).await;
+async fn probe_outcome(runner: RunnerProcess) -> Availability {
+    let probe = runner.finish_probe(PROBE_TIMEOUT).await;
+    let stderr = probe.stderr;
     let layers = stderr.lines().find_map(|l| l.strip_prefix(LAYERS_PREFIX)).map(str::to_string);
-    match (read, layers) {
-        (Ok(Ok(_)), Some(layers)) if stdout.trim() == PROBE_OUTPUT => {
+    match layers {
+        Some(layers) if probe.completed && probe.stdout.trim() == PROBE_OUTPUT => {
             if layers.contains("no namespaces") {
                 Availability::Degraded {
                     detail: layers,
@@ -138,7 +122,7 @@ async fn probe_outcome(mut runner: RunnerProcess) -> Availability {
         _ => {
             let why = stderr.lines().rev().find(|l| l.starts_with("ptc-landlock: ")).unwrap_or(stderr.trim());
             Availability::Unavailable {
-                reason: format!("the sandbox could not start a confined interpreter ({exit}): {why}"),
+                reason: format!("the sandbox could not start a confined interpreter ({}): {why}", probe.exit),
             }
         }
     }
