@@ -38,10 +38,7 @@ impl SandboxBackend for NoneBackend {
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
-        let python = match self.python.get().await {
-            Ok(python) => python,
-            Err(e) => return Err(SpawnError::Unavailable { kind: SandboxKind::None, reason: e.to_string() }),
-        };
+        let python = self.python.for_spawn(SandboxKind::None).await?;
         let mut argv = vec![python.executable.display().to_string()];
         argv.extend(runner_args());
         spawn_confined(request, |_| argv)

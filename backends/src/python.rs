@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
+use crate::{SandboxKind, SpawnError};
+
 /// The oldest Python the runner supports (it needs top-level await and modern asyncio), as written to users.
 pub(crate) const MIN_VERSION: &str = "3.9";
 const MIN_VERSION_PARTS: (u32, u32) = (3, 9);
@@ -42,10 +44,12 @@ pub struct Python {
     pub multiarch: String,
 }
 
-/// `execution.python`, resolved on first use and remembered (by each backend that runs it on the host).
+/// `execution.python`, resolved on first use and remembered (by each backend that runs it on the host). A
+/// failure is not remembered: the next probe looks again, so installing or fixing the interpreter needs no
+/// restart.
 pub struct ResolvedPython {
     configured: String,
-    resolved: tokio::sync::OnceCell<Result<Python, PythonError>>,
+    resolved: tokio::sync::OnceCell<Python>,
 }
 
 impl ResolvedPython {
@@ -53,8 +57,13 @@ impl ResolvedPython {
         ResolvedPython { configured, resolved: tokio::sync::OnceCell::new() }
     }
 
-    pub async fn get(&self) -> &Result<Python, PythonError> {
-        self.resolved.get_or_init(|| resolve_python(&self.configured)).await
+    pub async fn get(&self) -> Result<&Python, PythonError> {
+        self.resolved.get_or_try_init(|| resolve_python(&self.configured)).await
+    }
+
+    /// The interpreter for a run of the `kind` backend, or the error its spawn reports without one.
+    pub async fn for_spawn(&self, kind: SandboxKind) -> Result<&Python, SpawnError> {
+        self.get().await.map_err(|e| SpawnError::Unavailable { kind, reason: e.to_string() })
     }
 }
 

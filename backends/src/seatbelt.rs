@@ -102,11 +102,10 @@ impl SandboxBackend for SeatbeltBackend {
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
-        let unavailable = |reason: String| SpawnError::Unavailable { kind: SandboxKind::Seatbelt, reason };
         if let Some(reason) = Self::unavailable_reason() {
-            return Err(unavailable(reason));
+            return Err(SpawnError::Unavailable { kind: SandboxKind::Seatbelt, reason });
         }
-        let python = self.python.get().await.as_ref().map_err(|e| unavailable(e.to_string()))?;
+        let python = self.python.for_spawn(SandboxKind::Seatbelt).await?;
         let args = crate::host::runner_args();
         crate::host::spawn_confined(request, |scratch| command_line(python, scratch, &args))
     }

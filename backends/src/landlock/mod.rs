@@ -38,10 +38,6 @@ impl LandlockBackend {
         LandlockBackend { python: ResolvedPython::new(configured_python), helper }
     }
 
-    fn unavailable(&self, reason: String) -> SpawnError {
-        SpawnError::Unavailable { kind: SandboxKind::Landlock, reason }
-    }
-
     /// Starts the helper for one confined interpreter with `args`, in a fresh run directory.
     fn start(&self, python: &Python, args: Vec<String>, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let run_dir = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
@@ -96,7 +92,7 @@ impl SandboxBackend for LandlockBackend {
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
-        let python = self.python.get().await.as_ref().map_err(|e| self.unavailable(e.to_string()))?;
+        let python = self.python.for_spawn(SandboxKind::Landlock).await?;
         self.start(python, runner_args(), request)
     }
 }
