@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -67,12 +67,17 @@ async fn connect(mut command: Command) -> (RunningService<RoleClient, ()>, Child
 }
 
 impl Server {
+    /// Runs a program that must succeed; its structured result.
     async fn execute(&self, code: &str) -> Value {
-        let params = CallToolRequestParams::new("execute_program")
-            .with_arguments(json!({"code": code}).as_object().unwrap().clone());
-        let result = self.client.peer().call_tool(params).await.unwrap();
+        let result = self.call(code).await;
         assert_ne!(result.is_error, Some(true), "benchmark program failed: {result:?}");
         result.structured_content.unwrap()
+    }
+
+    async fn call(&self, code: &str) -> CallToolResult {
+        let params = CallToolRequestParams::new("execute_program")
+            .with_arguments(json!({"code": code}).as_object().unwrap().clone());
+        self.client.peer().call_tool(params).await.unwrap()
     }
 
     /// VmRSS and VmHWM of the server process, in MiB.
@@ -165,9 +170,10 @@ async fn eight_concurrent_programs(server: &Server) -> Duration {
 /// Benchmarks one sandbox; returns its median `print(1)` run without a pool, for the comparison with `none`.
 async fn bench_backend(sandbox: &str) -> Option<Duration> {
     let (server, cold_start) = start(sandbox, "  timeout_seconds: 60\n  max_tool_calls: 1000\n").await;
-    let probe = server.execute("print(1)").await;
-    if probe["ok"] != json!(true) {
-        println!("\n{sandbox}: unavailable here ({}), skipped", probe["error"]);
+    let probe = server.call("print(1)").await;
+    if probe.is_error == Some(true) {
+        let why = probe.structured_content.map(|result| result["error"].to_string()).unwrap_or_default();
+        println!("\n{sandbox}: unavailable here ({why}), skipped");
         return None;
     }
     let (idle_rss, _) = server.memory();
@@ -175,9 +181,10 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
 
     let floor = bare_interpreter_start().await;
     let mut cold_p50 = Duration::ZERO;
-    for (label, pool_size) in [("pool on", 2), ("pool off", 0)] {
-        let (server, _) = start(sandbox, &format!("  pool_size: {pool_size}\n")).await;
-        server.execute("print(1)").await;
+    // `server` has the default pool (2).
+    let (without_pool, _) = start(sandbox, "  pool_size: 0\n").await;
+    without_pool.execute("print(1)").await;
+    for (label, server, cold) in [("pool on", &server, false), ("pool off", &without_pool, true)] {
         let mut samples = Vec::new();
         for _ in 0..20 {
             // Programs arrive a model round trip apart; give the pool the time to refill that it has in use.
@@ -188,14 +195,14 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
         }
         let p50 = percentile(&mut samples, 0.5);
         let p95 = percentile(&mut samples, 0.95);
-        if pool_size == 0 {
+        if cold {
             cold_p50 = p50;
         }
         let baseline = format!("{} (bare interpreter start + asyncio import)", ms(floor));
         row(&format!("execute `print(1)` p50, {label}"), ms(p50), baseline, p50.as_secs_f64() / floor.as_secs_f64());
         row(&format!("execute `print(1)` p95, {label}"), ms(p95), ms(floor), p95.as_secs_f64() / floor.as_secs_f64());
         if sandbox == "docker"
-            && pool_size == 0
+            && cold
             && let Some(docker_floor) = bare_docker_run().await
         {
             let baseline = format!("{} (`docker run --rm` of the image, same import)", ms(docker_floor));
