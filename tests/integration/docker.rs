@@ -77,8 +77,9 @@ async fn no_container_is_left_when_the_server_is_killed_mid_run() {
     // With a pool, the ready runners' containers must go too.
     let Some(mut ptc) = docker_ptc("  pool_size: 2\n").await else { return };
     let pid = ptc.child.id().unwrap();
+    // Once the pool is full (and the first run's container gone), the run is served by a pooled container.
+    assert!(wait_for_containers(pid, 2).await, "the pool never filled: {:?}", containers_of(pid));
     let run = start_a_run(&ptc, "import time\nprint('started', flush=True)\ntime.sleep(600)");
-    assert!(wait_for_a_container(pid).await, "the run's container never appeared");
     // SIGKILL: no clean-up code runs in the server; the engine removes the container once the runner's
     // stdin closes with the server's connection.
     ptc.child.start_kill().unwrap();
@@ -95,8 +96,8 @@ async fn no_container_is_left_when_the_server_is_killed_mid_run() {
 async fn no_container_is_left_when_the_server_is_stopped_mid_run() {
     let Some(ptc) = docker_ptc("  pool_size: 2\n").await else { return };
     let pid = ptc.child.id().unwrap();
+    assert!(wait_for_containers(pid, 2).await, "the pool never filled: {:?}", containers_of(pid));
     let run = start_a_run(&ptc, "import time\ntime.sleep(600)");
-    assert!(wait_for_a_container(pid).await, "the run's container never appeared");
     stop_and_expect_no_container(ptc, run).await;
 }
 
@@ -126,9 +127,10 @@ async fn stop_and_expect_no_container(mut ptc: Ptc, run: tokio::task::JoinHandle
     );
 }
 
-async fn wait_for_a_container(pid: u32) -> bool {
+/// Polls until the server has exactly `count` containers (true), or 10 s pass (false).
+async fn wait_for_containers(pid: u32, count: usize) -> bool {
     for _ in 0..200 {
-        if !containers_of(pid).is_empty() {
+        if containers_of(pid).len() == count {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

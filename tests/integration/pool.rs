@@ -39,6 +39,7 @@ async fn pooled_runs_each_get_a_fresh_interpreter_and_scratch_dir() {
         assert!(line.ends_with(" [] False"), "state leaked from an earlier run: {line}");
         pids.push(line.split(' ').next().unwrap().to_string());
     }
+    pids.sort();
     pids.dedup();
     assert_eq!(pids.len(), 4, "every run had its own process");
 }

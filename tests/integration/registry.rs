@@ -11,10 +11,6 @@ async fn ptc_with(flags: &[&str], execution: &str) -> Ptc {
     Ptc::start(&config(&[mock_server("mock", flags)], execution)).await
 }
 
-async fn outcome(ptc: &Ptc, call: &str) -> String {
-    ptc.outcome(call).await
-}
-
 #[tokio::test]
 async fn every_result_shape_reaches_the_program_as_the_spec_says() {
     let ptc = ptc_with(&[], "  max_tool_result_bytes: 1000\n").await;
@@ -38,16 +34,16 @@ async fn every_result_shape_reaches_the_program_as_the_spec_says() {
         ("mcp__mock__echo(text='é ✓')", "{'text': 'é ✓'}"),
     ];
     for (call, expected) in cases {
-        assert_eq!(outcome(&ptc, call).await, expected, "for {call}");
+        assert_eq!(ptc.outcome(call).await, expected, "for {call}");
     }
-    let schema = outcome(&ptc, "mcp__mock__bad_schema()").await;
+    let schema = ptc.outcome("mcp__mock__bad_schema()").await;
     assert!(
         schema.starts_with(
             "ToolError: 'mcp__mock__bad_schema' returned a result that does not match its output schema at /count"
         ),
         "{schema}"
     );
-    let huge = outcome(&ptc, "mcp__mock__huge(size=5000)").await;
+    let huge = ptc.outcome("mcp__mock__huge(size=5000)").await;
     assert!(
         huge.starts_with(
             "ToolError: 'mcp__mock__huge' returned 5012 bytes, more than max_tool_result_bytes (1000); ask it for less"
@@ -75,7 +71,7 @@ async fn names_map_to_identifiers_and_collisions_are_reported_not_overwritten() 
         problems.contains("'dup-name' of server 'mock', 'dup_name' of server 'mock' all map to 'mcp__mock__dup_name'; none of them is callable"),
         "{problems}"
     );
-    assert_eq!(outcome(&ptc, "mcp__mock__get_item(id='7')").await, "{'id': '7'}");
+    assert_eq!(ptc.outcome("mcp__mock__get_item(id='7')").await, "{'id': '7'}");
 }
 
 #[tokio::test]
@@ -146,8 +142,8 @@ async fn a_crashed_server_is_reconnected_and_its_tools_come_back() {
     let state = dir.path().join("starts");
     let state_arg = state.display().to_string();
     let ptc = ptc_with(&["--state-file", &state_arg], "").await;
-    let before = outcome(&ptc, "mcp__mock__counter()").await;
-    let crashed = outcome(&ptc, "mcp__mock__crash()").await;
+    let before = ptc.outcome("mcp__mock__counter()").await;
+    let crashed = ptc.outcome("mcp__mock__crash()").await;
     assert_eq!(crashed, "ToolError: 'mcp__mock__crash' failed: the connection to server 'mock' was lost");
     // The second start happens only after the lost session was taken down, so the tools listed from then
     // on are the new session's (before it, the old listing may still be in place for a moment).
@@ -160,7 +156,7 @@ async fn a_crashed_server_is_reconnected_and_its_tools_come_back() {
     let names =
         ptc.wait_for_tools(Duration::from_secs(10), |names| names.contains(&"mcp__mock__counter".to_string())).await;
     assert!(names.contains(&"mcp__mock__counter".to_string()), "tools came back: {names:?}");
-    let after = outcome(&ptc, "mcp__mock__counter()").await;
+    let after = ptc.outcome("mcp__mock__counter()").await;
     assert_ne!(before, after, "a new process answers");
     assert_eq!(std::fs::read_to_string(&state).unwrap().lines().count(), 2);
 }
@@ -178,20 +174,20 @@ async fn errors_timeouts_and_bad_data_from_a_healthy_server_never_trigger_a_reco
         "mcp__mock__hang()",
         "mcp__mock__garbage()",
     ] {
-        outcome(&ptc, call).await;
+        ptc.outcome(call).await;
     }
-    assert_eq!(outcome(&ptc, "mcp__mock__echo(still='up')").await, "{'still': 'up'}");
+    assert_eq!(ptc.outcome("mcp__mock__echo(still='up')").await, "{'still': 'up'}");
     assert_eq!(std::fs::read_to_string(&state).unwrap().lines().count(), 1, "the server was started once");
 }
 
 #[tokio::test]
 async fn a_tools_list_changed_notification_relists_that_server() {
     let ptc = ptc_with(&[], "").await;
-    assert_eq!(outcome(&ptc, "mcp__mock__add_tool()").await, "'added dynamic_1'");
+    assert_eq!(ptc.outcome("mcp__mock__add_tool()").await, "'added dynamic_1'");
     let names =
         ptc.wait_for_tools(Duration::from_secs(5), |names| names.contains(&"mcp__mock__dynamic_1".to_string())).await;
     assert!(names.contains(&"mcp__mock__dynamic_1".to_string()), "{names:?}");
-    assert_eq!(outcome(&ptc, "mcp__mock__dynamic_1()").await, "'dynamic'");
+    assert_eq!(ptc.outcome("mcp__mock__dynamic_1()").await, "'dynamic'");
 }
 
 #[tokio::test]

@@ -5,22 +5,13 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-fn env_path(var: &str) -> Result<String, String> {
-    match std::env::var(var) {
-        Ok(path) if std::path::Path::new(&path).exists() => Ok(path),
-        Ok(path) => Err(format!("${var} points at {path}, which does not exist")),
-        Err(_) => Err(format!("${var} is not set (run: eval \"$(ci/test-deps.sh)\")")),
-    }
-}
-
 /// Runs tests/clients/sdk_client.py against ptc-mcp on `config_text` and returns its JSON report.
 async fn sdk_client(protocol: &str, config_text: &str, code: &str) -> Option<Value> {
-    let python = env_path("PTC_TEST_SDK_PYTHON");
-    require("python-sdk", python.as_ref().map(|_| ()).map_err(Clone::clone))?;
+    let python = required_path("python-sdk", "PTC_TEST_SDK_PYTHON")?;
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("config.yaml");
     std::fs::write(&config_path, config_text).unwrap();
-    let output = tokio::process::Command::new(python.unwrap())
+    let output = tokio::process::Command::new(python)
         .arg(repo_path("tests/clients/sdk_client.py"))
         .args(["--protocol", protocol, "--code", code, "--"])
         .arg(binary())
@@ -70,14 +61,13 @@ async fn the_official_python_sdk_works_as_a_2026_era_client() {
 
 #[tokio::test]
 async fn a_program_uses_the_npm_memory_server() {
-    let server = env_path("PTC_TEST_MEMORY_SERVER");
-    let Some(()) = require("third-party-servers", server.as_ref().map(|_| ()).map_err(Clone::clone)) else {
+    let Some(server) = required_path("third-party-servers", "PTC_TEST_MEMORY_SERVER") else {
         return;
     };
     let memory_file = tempfile::tempdir().unwrap();
     let entry = format!(
         "  - name: memory\n    command: node\n    args: [{}]\n    env:\n      MEMORY_FILE_PATH: {}\n",
-        json!(server.unwrap()),
+        json!(server),
         json!(memory_file.path().join("memory.jsonl").display().to_string())
     );
     let ptc = Ptc::start(&config(&[entry], "")).await;
@@ -92,12 +82,10 @@ async fn a_program_uses_the_npm_memory_server() {
 
 #[tokio::test]
 async fn a_program_uses_the_pypi_time_server_which_speaks_the_2026_protocol() {
-    let server = env_path("PTC_TEST_TIME_SERVER");
-    let Some(()) = require("third-party-servers", server.as_ref().map(|_| ()).map_err(Clone::clone)) else {
+    let Some(server) = required_path("third-party-servers", "PTC_TEST_TIME_SERVER") else {
         return;
     };
-    let entry =
-        format!("  - name: time\n    command: {}\n    args: [\"--local-timezone\", \"UTC\"]\n", json!(server.unwrap()));
+    let entry = format!("  - name: time\n    command: {}\n    args: [\"--local-timezone\", \"UTC\"]\n", json!(server));
     let ptc = Ptc::start(&config(&[entry], "")).await;
     let code = "r = await mcp__time__get_current_time(timezone='Europe/Paris')\nprint(r['timezone'], 'datetime' in r)\n\
                 c = await mcp__time__convert_time(source_timezone='UTC', time='12:00', target_timezone='Asia/Tokyo')\n\

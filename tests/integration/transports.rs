@@ -353,21 +353,11 @@ async fn rejected_credentials_are_said_plainly_and_retried_at_the_capped_interva
 
 // --- third-party servers --------------------------------------------------------------------------
 
-fn env_path(var: &str) -> Result<String, String> {
-    match std::env::var(var) {
-        Ok(path) if std::path::Path::new(&path).exists() => Ok(path),
-        Ok(path) => Err(format!("${var} points at {path}, which does not exist")),
-        Err(_) => Err(format!("${var} is not set (run: eval \"$(ci/test-deps.sh)\")")),
-    }
-}
-
 #[tokio::test]
 async fn npm_server_everything_over_streamable_http_and_legacy_sse() {
-    let everything = env_path("PTC_TEST_EVERYTHING_SERVER");
-    let Some(()) = require("third-party-servers", everything.as_ref().map(|_| ()).map_err(Clone::clone)) else {
+    let Some(everything) = required_path("third-party-servers", "PTC_TEST_EVERYTHING_SERVER") else {
         return;
     };
-    let everything = everything.unwrap();
     let start = |mode: &str| {
         let mut command = Command::new("node");
         command.arg(&everything).arg(mode);
@@ -389,11 +379,9 @@ async fn npm_server_everything_over_streamable_http_and_legacy_sse() {
 
 #[tokio::test]
 async fn the_python_sdk_as_a_stateless_json_http_server_and_as_a_legacy_sse_server() {
-    let python = env_path("PTC_TEST_SDK_PYTHON");
-    let Some(()) = require("python-sdk", python.as_ref().map(|_| ()).map_err(Clone::clone)) else {
+    let Some(python) = required_path("python-sdk", "PTC_TEST_SDK_PYTHON") else {
         return;
     };
-    let python = python.unwrap();
     let start = |transport: &str| {
         let mut command = Command::new(&python);
         command.arg(repo_path("tests/servers/sdk_http_server.py")).args(["--transport", transport]);

@@ -227,6 +227,18 @@ pub fn require(name: &str, available: Result<(), String>) -> Option<()> {
     available.err().map_or(Some(()), |why| skip_unless_required("PTC_REQUIRE", name, &why))
 }
 
+/// The path a third-party test dependency's variable names (set by `ci/test-deps.sh`), or `None` after
+/// [`require`] said why it is missing (or failed the test if `name` is required).
+pub fn required_path(name: &str, var: &str) -> Option<String> {
+    let found = match std::env::var(var) {
+        Ok(path) if std::path::Path::new(&path).exists() => Ok(path),
+        Ok(path) => Err(format!("${var} points at {path}, which does not exist")),
+        Err(_) => Err(format!("${var} is not set (run: eval \"$(ci/test-deps.sh)\")")),
+    };
+    require(name, found.as_ref().map(|_| ()).map_err(Clone::clone))?;
+    found.ok()
+}
+
 /// Prints why a test is skipped and returns `None`, or fails the test if `variable` lists `name`.
 fn skip_unless_required(variable: &str, name: &str, why: &str) -> Option<()> {
     let required = std::env::var(variable).unwrap_or_default();
