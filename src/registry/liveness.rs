@@ -50,7 +50,7 @@ pub trait Classify {
 
 /// Where a watched transport reports its first loss; cheap to clone.
 #[derive(Clone)]
-pub struct LossSignal(Arc<watch::Sender<Option<Loss>>>);
+pub struct LossSignal(watch::Sender<Option<Loss>>);
 
 /// The receiving side: the session waits on it; clones see the same loss.
 #[derive(Clone)]
@@ -58,7 +58,7 @@ pub struct Losses(watch::Receiver<Option<Loss>>);
 
 pub fn channel() -> (LossSignal, Losses) {
     let (tx, rx) = watch::channel(None);
-    (LossSignal(Arc::new(tx)), Losses(rx))
+    (LossSignal(tx), Losses(rx))
 }
 
 impl LossSignal {

@@ -192,11 +192,13 @@ impl Registry {
                 _ => Vec::new(),
             })
             .collect();
-        let catalog = Catalog::build(entries, &self.filter);
+        let catalog = Arc::new(Catalog::build(entries, &self.filter));
+        *current = Arc::clone(&catalog);
+        // Tool calls read the catalog: log after letting go of it.
+        drop(current);
         for collision in &catalog.collisions {
             tracing::warn!("{collision}");
         }
-        *current = Arc::new(catalog);
     }
 }
 
