@@ -13,11 +13,11 @@ use tokio::task::JoinHandle;
 
 use crate::protocol::RUNNER_SOURCE;
 use crate::tail::StderrTail;
-use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError, SpawnRequest, rlimits};
+use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError, SpawnRequest, python, rlimits};
 
-/// Interpreter arguments that start the embedded runner: isolated mode, no `site` (standard library only).
+/// Interpreter arguments that start the embedded runner.
 pub(crate) fn runner_args() -> Vec<String> {
-    ["-I", "-S", "-c", RUNNER_SOURCE].map(String::from).to_vec()
+    python::isolated_args(RUNNER_SOURCE)
 }
 
 /// A command for a runner process: empty environment, piped stdio (the channel and diagnostics), its own

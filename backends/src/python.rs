@@ -44,6 +44,12 @@ pub struct Python {
     pub multiarch: String,
 }
 
+/// Interpreter arguments that run `source` the way ptc-mcp runs every interpreter: isolated mode (no
+/// environment variables, user site or script directory) and no `site` (standard library only).
+pub(crate) fn isolated_args(source: &str) -> Vec<String> {
+    ["-I", "-S", "-c", source].map(String::from).to_vec()
+}
+
 /// `execution.python`, resolved on first use and remembered (by each backend that runs it on the host). A
 /// failure is not remembered: the next probe looks again, so installing or fixing the interpreter needs no
 /// restart.
@@ -73,7 +79,7 @@ pub async fn resolve_python(configured: &str) -> Result<Python, PythonError> {
         .ok_or_else(|| PythonError::NotFound(configured.to_string()))?;
     let broken = |why: String| PythonError::Broken { program: configured.to_string(), why };
     let run = Command::new(&candidate)
-        .args(["-I", "-S", "-c", PROBE_SCRIPT])
+        .args(isolated_args(PROBE_SCRIPT))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();

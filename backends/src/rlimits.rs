@@ -10,15 +10,22 @@ type Resource = libc::c_int;
 
 pub type Rlimit = (Resource, u64);
 
-/// The limits of one run. CPU time is a backstop behind the wall-clock kill.
-pub fn for_run(limits: &Limits, cpu_seconds: u64) -> Vec<Rlimit> {
-    vec![
-        (libc::RLIMIT_CPU, cpu_seconds),
-        (libc::RLIMIT_AS, limits.memory_bytes()),
-        (libc::RLIMIT_FSIZE, limits.file_size_bytes()),
-        (libc::RLIMIT_NOFILE, limits.open_files),
-        (libc::RLIMIT_CORE, 0),
+/// The limits of one run, each with its name (`RLIMIT_<name>`, for a runner applying them itself inside a
+/// container, whose resource numbers may differ from the server's OS). CPU time is a backstop behind the
+/// wall-clock kill.
+pub fn named_for_run(limits: &Limits, cpu_seconds: u64) -> [(&'static str, Resource, u64); 5] {
+    [
+        ("CPU", libc::RLIMIT_CPU, cpu_seconds),
+        ("AS", libc::RLIMIT_AS, limits.memory_bytes()),
+        ("FSIZE", libc::RLIMIT_FSIZE, limits.file_size_bytes()),
+        ("NOFILE", libc::RLIMIT_NOFILE, limits.open_files),
+        ("CORE", libc::RLIMIT_CORE, 0),
     ]
+}
+
+/// The limits of one run, as this OS's resources.
+pub fn for_run(limits: &Limits, cpu_seconds: u64) -> Vec<Rlimit> {
+    named_for_run(limits, cpu_seconds).iter().map(|&(_, resource, value)| (resource, value)).collect()
 }
 
 /// CPU seconds for a run with this wall-clock budget: one more than it may take.

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 pub use spec::DockerSettings;
-use spec::{LABEL, confined_source, container_body, runner_command};
+use spec::{LABEL, container_body, runner_command};
 
 use crate::python;
 use crate::tail::StderrTail;
@@ -167,8 +167,7 @@ impl DockerBackend {
     async fn run_probe(&self, docker: &Docker, hide_etc: bool) -> Result<ImagePython, String> {
         let image = &self.settings.image;
         let limits = Limits::default();
-        let source = confined_source(&limits, rlimits::cpu_seconds(PROBE_TIMEOUT), PROBE_SCRIPT);
-        let command = vec!["python3".to_string(), "-I".into(), "-S".into(), "-c".into(), source];
+        let command = spec::confined_command("python3", &limits, rlimits::cpu_seconds(PROBE_TIMEOUT), PROBE_SCRIPT);
         let runner = self.start(docker, &limits, command, hide_etc).await.map_err(|e| match e {
             StartError::Start(message)
                 if message.contains("executable file not found") || message.contains("no such file") =>

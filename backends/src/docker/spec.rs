@@ -110,21 +110,24 @@ const CONFINE_SOURCE: &str = include_str!("confine.py");
 
 /// Source for `python -c`: the prologue, the call that confines the interpreter with the run's rlimits, then
 /// `body` (the runner, or the probe's script).
-pub fn confined_source(limits: &Limits, cpu_seconds: u64, body: &str) -> String {
-    let rlimits = serde_json::json!({
-        "CPU": cpu_seconds,
-        "AS": limits.memory_bytes(),
-        "FSIZE": limits.file_size_bytes(),
-        "NOFILE": limits.open_files,
-        "CORE": 0,
-    });
-    format!("{CONFINE_SOURCE}\nconfine({rlimits})\ndel confine\n{body}")
+fn confined_source(limits: &Limits, cpu_seconds: u64, body: &str) -> String {
+    let by_name: serde_json::Map<String, serde_json::Value> = rlimits::named_for_run(limits, cpu_seconds)
+        .iter()
+        .map(|&(name, _, value)| (name.to_string(), value.into()))
+        .collect();
+    format!("{CONFINE_SOURCE}\nconfine({})\ndel confine\n{body}", serde_json::Value::Object(by_name))
+}
+
+/// The interpreter command line that runs `body` confined by the prologue.
+pub fn confined_command(python: &str, limits: &Limits, cpu_seconds: u64, body: &str) -> Vec<String> {
+    let mut command = vec![python.to_string()];
+    command.extend(crate::python::isolated_args(&confined_source(limits, cpu_seconds, body)));
+    command
 }
 
 /// The interpreter command line of one run's runner.
 pub fn runner_command(python: &str, request: &SpawnRequest) -> Vec<String> {
-    let source = confined_source(&request.limits, rlimits::cpu_seconds(request.timeout), RUNNER_SOURCE);
-    vec![python.to_string(), "-I".into(), "-S".into(), "-c".into(), source]
+    confined_command(python, &request.limits, rlimits::cpu_seconds(request.timeout), RUNNER_SOURCE)
 }
 
 /// The container for one runner: `command` in a fresh container of the image, with stdin/stdout/stderr

@@ -83,7 +83,7 @@ impl SandboxBackend for LandlockBackend {
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: PROBE_TIMEOUT };
-        let args = vec!["-I".into(), "-S".into(), "-c".into(), format!("print('{PROBE_OUTPUT}')")];
+        let args = crate::python::isolated_args(&format!("print('{PROBE_OUTPUT}')"));
         let runner = match self.start(python, args, &request) {
             Ok(runner) => runner,
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
