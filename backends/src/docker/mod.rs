@@ -101,8 +101,8 @@ impl DockerBackend {
                 let unreachable = |e: &dyn std::fmt::Display| {
                     format!(
                         "cannot reach the Docker engine at {engine}: {e}; start Docker there, or point \
-                     execution.docker.host (or DOCKER_HOST) at a running engine (unix:///path/docker.sock, \
-                     tcp://host:2375, https://host:2376 with DOCKER_CERT_PATH)"
+                         execution.docker.host (or DOCKER_HOST) at a running engine (unix:///path/docker.sock, \
+                         tcp://host:2375, https://host:2376 with DOCKER_CERT_PATH)"
                     )
                 };
                 let client = match &self.settings.host {
