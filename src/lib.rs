@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod lines;
 pub mod naming;
 pub mod registry;
 pub mod server;

@@ -1,7 +1,6 @@
 //! Running one program: start a runner in the configured sandbox, hand it the program, serve its tool
 //! calls and helpers through the registry, and enforce every budget and limit here in the server.
 
-mod lines;
 mod output;
 mod pool;
 mod report;

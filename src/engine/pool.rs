@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use ptc_backends::protocol::{FromRunner, PROTOCOL_VERSION};
 use ptc_backends::{RunnerControl, SandboxBackend, SpawnRequest};
-use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::lines::read_line;
+use crate::lines::{Line, LineReader};
 
 /// How long a runner started for the pool may take to say `ready`.
 const POOL_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -22,7 +22,7 @@ const MAX_READY_LINE: usize = 4096;
 /// A runner past its handshake.
 pub struct ReadyRunner {
     pub to_runner: Pin<Box<dyn AsyncWrite + Send>>,
-    pub reader: BufReader<Pin<Box<dyn AsyncRead + Send>>>,
+    pub reader: LineReader<Pin<Box<dyn AsyncRead + Send>>>,
     pub control: Box<dyn RunnerControl>,
 }
 
@@ -34,11 +34,10 @@ pub async fn start_ready(
 ) -> Result<ReadyRunner, String> {
     let runner = backend.spawn(request).await.map_err(|e| format!("SandboxError: {e}"))?;
     let mut control = runner.control;
-    let mut reader = BufReader::with_capacity(64 * 1024, runner.from_runner);
-    let mut line = Vec::new();
-    let why = match tokio::time::timeout_at(deadline, read_line(&mut reader, &mut line, MAX_READY_LINE)).await {
+    let mut reader = LineReader::new(runner.from_runner, MAX_READY_LINE);
+    let why = match tokio::time::timeout_at(deadline, reader.next_line()).await {
         Err(_) => "the runner did not get ready in time".to_string(),
-        Ok(Ok(true)) => match FromRunner::parse(&line) {
+        Ok(Ok(Line::Complete(line))) => match FromRunner::parse(line) {
             Ok(FromRunner::Ready { version: PROTOCOL_VERSION }) => {
                 return Ok(ReadyRunner { to_runner: runner.to_runner, reader, control });
             }
@@ -49,7 +48,8 @@ pub async fn start_ready(
             }
             _ => "the runner did not start with a ready message".to_string(),
         },
-        Ok(Ok(false)) => "the runner exited before it was ready".to_string(),
+        Ok(Ok(Line::End)) => "the runner exited before it was ready".to_string(),
+        Ok(Ok(Line::TooLong { .. })) => "the runner did not start with a ready message".to_string(),
         Ok(Err(e)) => e.to_string(),
     };
     control.kill().await;

@@ -14,11 +14,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::lines::read_line;
 use super::output::OutputBuffer;
 use super::pool::ReadyRunner;
 use super::report::RunReport;
 use crate::config::ExecutionConfig;
+use crate::lines::Line;
 use crate::registry::Registry;
 
 /// Messages to the runner waiting to be written; call tasks wait when it is full, the loop never does.
@@ -55,8 +55,7 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     let ReadyRunner { to_runner, mut reader, mut control } = runner;
     let (lines_tx, lines_rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE);
     let writer = tokio::spawn(write_lines(to_runner, lines_rx));
-    let mut line = Vec::new();
-    let max_line = MAX_CONTROL_LINE.max(cx.settings.max_output_bytes * 2);
+    reader.set_max_len(MAX_CONTROL_LINE.max(cx.settings.max_output_bytes * 2));
 
     let mut report = RunReport::default();
     let mut output = OutputBuffer::new(cx.settings.max_output_bytes);
@@ -83,8 +82,8 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
             () = sleep_until_some(exited.as_ref().map(|(_, grace)| *grace)) => {
                 break Ending::Exited(exited.take().map(|(info, _)| info).expect("set with the grace"));
             }
-            read = read_line(&mut reader, &mut line, max_line) => match read {
-                Ok(true) => match FromRunner::parse(&line) {
+            read = reader.next_line() => match read {
+                Ok(Line::Complete(line)) => match FromRunner::parse(line) {
                     Ok(FromRunner::Done { error }) => break Ending::Done(error),
                     Ok(message) => {
                         if let Err(why) = handle(message, &cx, &mut report, &mut output, &mut calls, &semaphore, &lines_tx) {
@@ -93,7 +92,8 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
                     }
                     Err(e) => break Ending::Broken(format!("an invalid message ({e})")),
                 },
-                Ok(false) => break Ending::Exited(control.wait().await),
+                Ok(Line::End) => break Ending::Exited(control.wait().await),
+                Ok(Line::TooLong { len, .. }) => break Ending::Broken(format!("a message of {len} bytes, over the limit")),
                 Err(e) => break Ending::Broken(e.to_string()),
             },
         }

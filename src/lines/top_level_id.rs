@@ -1,0 +1,147 @@
+//! Finding the `"id"` of a JSON object that is too large to keep: a streaming scan that remembers only where
+//! it is (nesting, strings, escapes) and the bytes of the top-level `"id"` value, wherever in the object that
+//! key comes (SDKs put it first or last).
+
+use serde_json::Value;
+
+/// The longest `"id"` value kept (JSON-RPC ids are short numbers or strings).
+const MAX_ID_BYTES: usize = 256;
+
+/// What the scanner expects next at the object's top level.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum Expect {
+    /// The opening `{`.
+    #[default]
+    Start,
+    Key,
+    Colon,
+    /// A value, up to the `,` or `}` that ends it.
+    Value,
+    /// The object ended, or the input is not an object.
+    Done,
+}
+
+#[derive(Debug, Default)]
+pub struct IdScanner {
+    expect: Expect,
+    /// Nesting inside the top-level object's values (0: at its top level).
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// The key being read (only its first bytes matter).
+    key: Vec<u8>,
+    /// The raw bytes of the `"id"` value while it is being read.
+    capture: Option<Vec<u8>>,
+    found: Option<Vec<u8>>,
+}
+
+impl IdScanner {
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            if self.expect == Expect::Done {
+                return;
+            }
+            self.step(byte);
+        }
+    }
+
+    /// The `"id"` value, if the object had a number or string there.
+    pub fn finish(self) -> Option<Value> {
+        let raw = self.found?;
+        match serde_json::from_slice(&raw).ok()? {
+            id @ (Value::Number(_) | Value::String(_)) => Some(id),
+            _ => None,
+        }
+    }
+
+    fn step(&mut self, byte: u8) {
+        if let Some(capture) = &mut self.capture
+            && capture.len() <= MAX_ID_BYTES
+        {
+            capture.push(byte);
+        }
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if byte == b'\\' {
+                self.escaped = true;
+            } else if byte == b'"' {
+                self.in_string = false;
+                if self.depth == 0 && self.expect == Expect::Key {
+                    self.expect = Expect::Colon;
+                }
+            } else if self.depth == 0 && self.expect == Expect::Key && self.key.len() < 8 {
+                self.key.push(byte);
+            }
+            return;
+        }
+        if byte.is_ascii_whitespace() {
+            return;
+        }
+        match (self.expect, byte) {
+            (Expect::Start, b'{') => self.expect = Expect::Key,
+            (Expect::Start, _) => self.expect = Expect::Done,
+            (Expect::Key, b'"') => {
+                self.key.clear();
+                self.in_string = true;
+            }
+            (Expect::Key, b'}') => self.expect = Expect::Done,
+            (Expect::Colon, b':') => {
+                self.expect = Expect::Value;
+                if self.key == b"id" {
+                    self.capture = Some(Vec::new());
+                }
+            }
+            (Expect::Value, _) => self.value_byte(byte),
+            _ => self.expect = Expect::Done,
+        }
+    }
+
+    /// A byte (outside strings) of a top-level value.
+    fn value_byte(&mut self, byte: u8) {
+        match byte {
+            b'"' => self.in_string = true,
+            b'{' | b'[' => self.depth += 1,
+            b'}' | b']' if self.depth > 0 => self.depth -= 1,
+            b',' | b'}' if self.depth == 0 => {
+                if let Some(mut capture) = self.capture.take()
+                    && capture.len() <= MAX_ID_BYTES
+                {
+                    capture.pop(); // the separator itself
+                    self.found = Some(capture);
+                }
+                self.expect = if byte == b',' { Expect::Key } else { Expect::Done };
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scan(pieces: &[&str]) -> Option<Value> {
+        let mut scanner = IdScanner::default();
+        for piece in pieces {
+            scanner.feed(piece.as_bytes());
+        }
+        scanner.finish()
+    }
+
+    #[test]
+    fn the_id_is_found_first_last_or_split_across_pieces() {
+        assert_eq!(scan(&[r#"{"jsonrpc":"2.0","id":12,"result":{"a":[1,2]}}"#]), Some(json!(12)));
+        assert_eq!(scan(&[r#"{"result":{"id":1,"t":"}\"id\":3"},"jsonrpc":"2.0","id":"abc"}"#]), Some(json!("abc")));
+        assert_eq!(scan(&[r#"{"result": {"x": "y"}, "i"#, r#"d" :  4"#, "2 }"]), Some(json!(42)));
+    }
+
+    #[test]
+    fn nested_ids_strings_that_look_like_keys_and_non_objects_give_nothing() {
+        assert_eq!(scan(&[r#"{"result":{"id":5},"note":"\"id\":6"}"#]), None);
+        assert_eq!(scan(&[r#"["id", 1]"#]), None);
+        assert_eq!(scan(&[r#"{"id":{"nested":1}}"#]), None);
+        assert_eq!(scan(&[r#"{"id":"#, &"9".repeat(1000), "}"]), None);
+    }
+}
