@@ -6,7 +6,7 @@
 # Third-party test servers come from ci/test-deps.sh; without them those tests skip and say why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m unittest discover -s backends/tests
+ci/runner-tests.sh
 cargo test --workspace --locked --lib --bins --tests "$@"
 # The docker sandbox runs the runner image ci/docker-setup.sh builds (PTC_TEST_DOCKER_IMAGE to change it).
 check_config=$(mktemp)

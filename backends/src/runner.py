@@ -27,6 +27,7 @@ import json
 import linecache
 import os
 import queue
+import re
 import select
 import sys
 import threading
@@ -42,6 +43,10 @@ FINAL_DRAIN_SECONDS = 0.2  # what fds 1/2 still hold at the end; a writer the pr
 ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+EXCEPTION_GROUPS = getattr(builtins, "BaseExceptionGroup", ())  # 3.11+; isinstance(x, ()) is always False
+# How the server starts every `result` line (serde writes the fields in this order): enough to find the waiting
+# request when the rest of the line cannot be decoded.
+RESULT_PREFIX = re.compile(rb'\{"type":"result","id":(\d{1,18}),')
 
 
 class ToolError(Exception):
@@ -115,15 +120,26 @@ class Channel:
         ignore anything else. It runs from start-up so that a run does not wait for a thread to start."""
         self._first.put(self._read_line())
         while True:
+            line = self._read_line()
             try:
-                message = json.loads(self._read_line())
+                message = json.loads(line)
                 request_id = message["id"] if message.get("type") == "result" else None
-            except Exception:  # malformed line: never let the reader thread die
-                continue
+            except Exception as e:  # never let the reader thread die, nor a call wait for good
+                message, request_id = undecodable(line, e)
             with self._pending_lock:
                 deliver = self._pending.pop(request_id, None) if type(request_id) is int else None
             if deliver is not None:
                 deliver(message)
+
+
+def undecodable(line, error):
+    """A failed result for the request a line that cannot be decoded answers (e.g. an integer beyond Python's
+    digit limit, or too little memory), or no request if the line does not say which."""
+    match = RESULT_PREFIX.match(line)
+    if match is None:
+        return None, None
+    reason = f"the result ({len(line)} bytes) could not be decoded in the program: {type(error).__name__}: {error}"
+    return {"ok": False, "error": reason}, int(match.group(1))
 
 
 class OutputSink:
@@ -432,7 +448,7 @@ def format_one(exc, seen):
     lines = ["Traceback (most recent call last):\n"] if frames else []
     lines += traceback.StackSummary.from_list(frames).format()
     lines += traceback.format_exception_only(type(exc), exc)  # also renders SyntaxError with its caret
-    if isinstance(exc, BaseExceptionGroup):  # e.g. asyncio.TaskGroup: show what actually failed
+    if isinstance(exc, EXCEPTION_GROUPS):  # e.g. asyncio.TaskGroup: show what actually failed
         for number, sub in enumerate(exc.exceptions, 1):
             lines.append(f"  [sub-exception {number} of {len(exc.exceptions)}]\n")
             lines += ["    " + line for line in format_chain(sub, seen).splitlines(True)]
