@@ -169,6 +169,10 @@ impl RunnerControl for HostControl {
         let _ = self.child.start_kill();
     }
 
+    fn has_exited(&mut self) -> bool {
+        self.exited.is_some() || self.pgid.is_none_or(has_exited_unreaped)
+    }
+
     fn stderr_tail(&self) -> String {
         self.stderr_tail.text()
     }
@@ -178,6 +182,20 @@ impl Drop for HostControl {
     fn drop(&mut self) {
         self.kill_group();
         // `kill_on_drop` on the child makes tokio kill and reap the leader if it is still there.
+    }
+}
+
+/// Whether process `pid` (our child) has exited, leaving it to be reaped (and its id kept) by `wait`.
+fn has_exited_unreaped(pid: libc::pid_t) -> bool {
+    // SAFETY: waitid into a zeroed siginfo; WNOWAIT leaves the child waitable, WNOHANG never blocks.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+        #[cfg(target_os = "linux")]
+        let exited = info.si_pid() != 0;
+        #[cfg(not(target_os = "linux"))]
+        let exited = info.si_pid != 0;
+        rc != 0 || exited
     }
 }
 

@@ -108,7 +108,10 @@ impl std::fmt::Display for ExitInfo {
 #[async_trait]
 pub trait RunnerControl: Send {
     /// Resolves when the runner's main process has exited. Must not wait for its pipes to close.
+    /// Cancellation-safe.
     async fn wait(&mut self) -> ExitInfo;
+    /// Whether the runner's main process is known to have exited, without waiting (and without reaping it).
+    fn has_exited(&mut self) -> bool;
     /// Kills the runner and everything it started, and waits until they are gone. Idempotent; also done on drop.
     async fn kill(&mut self);
     /// Sends the kill without waiting for it to take effect (a run's result need not wait for the reaping);

@@ -143,20 +143,13 @@ def undecodable(line, error):
 
 
 class OutputSink:
-    """Forwards program output as `output` messages, counting raw bytes against the cap. Past the cap it drops
-    output (writers never block); it stops only once MORE than the cap went out, so the server can tell."""
+    """Forwards program output as `output` messages, all of it: the server keeps the head and the tail within
+    max_output_bytes, so the last thing a program prints survives a flood before it."""
 
     def __init__(self, channel):
         self._channel = channel
-        self._lock = threading.Lock()
-        self._forwarded = 0
-        self.limit = None  # known once the `run` message arrives; nothing is printed before that
 
-    def forward(self, text, size):
-        with self._lock:
-            if self.limit is not None and self._forwarded > self.limit:
-                return
-            self._forwarded += size
+    def forward(self, text):
         if text:
             self._channel.send({"type": "output", "data": text})
 
@@ -180,8 +173,7 @@ class DirectOutput(io.RawIOBase):
     def write(self, data):
         data = bytes(data)
         for start in range(0, len(data), READ_CHUNK):  # chunks, so one huge write overshoots the cap by little
-            piece = data[start:start + READ_CHUNK]
-            self._sink.forward(self._decoder.decode(piece), len(piece))
+            self._sink.forward(self._decoder.decode(data[start:start + READ_CHUNK]))
         return len(data)
 
 
@@ -241,7 +233,7 @@ class FdDrain:
                 except OSError:
                     chunk = b""
                 self._eof = not chunk
-                self._sink.forward(self._decoder.decode(chunk, final=self._eof), len(chunk))
+                self._sink.forward(self._decoder.decode(chunk, final=self._eof))
 
 
 def parse_run(message):
@@ -375,8 +367,8 @@ def make_globals(channel, tools, limit):
     return namespace
 
 
-def run_program(code, namespace):
-    """Run the program; return None on success, else the `done` error object."""
+def run_program(code, namespace, limit):
+    """Run the program; return None on success, else the `done` error object (its text within `limit`)."""
     register_source(code)
     try:
         compiled = compile(code, PROGRAM, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
@@ -386,9 +378,9 @@ def run_program(code, namespace):
     except SystemExit as e:
         if e.code is None or (type(e.code) in (int, bool) and e.code == 0):
             return None
-        return describe(e, code)
+        return describe(e, code, limit)
     except BaseException as e:  # KeyboardInterrupt & co. are program errors too
-        return describe(e, code)
+        return describe(e, code, limit)
     return None
 
 
@@ -415,13 +407,21 @@ def register_source(code):
     linecache.cache[PROGRAM] = (len(code), None, code.splitlines(True), PROGRAM)
 
 
-def describe(exc, code):
+def describe(exc, code, limit):
     register_source(code)  # the program may have cleared linecache
     try:
         message = format_chain(exc, set())
     except BaseException:  # hostile __str__ and the like: still say what it was
         message = f"{type(exc).__name__}: <unprintable>\n"
-    return {"kind": type(exc).__name__, "message": message}
+    return {"kind": type(exc).__name__[:200], "message": clip(message, limit)}
+
+
+def clip(text, limit):
+    """The head and tail of text within about `limit` characters (the server cuts to its byte budget again)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[len(text) - half:]}"
 
 
 def format_chain(exc, seen):
@@ -484,8 +484,7 @@ def main():
         channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
                      last=True)
         os._exit(0)
-    sink.limit = limit
-    error = run_program(code, make_globals(channel, tools, limit))
+    error = run_program(code, make_globals(channel, tools, limit), limit)
     finish(channel, drain, streams, error)
 
 

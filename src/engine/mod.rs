@@ -43,6 +43,10 @@ pub struct Engine {
     /// The last probe's answer; a usable one is kept for good.
     availability: Mutex<Option<Probed>>,
     pool: Arc<RunnerPool>,
+    /// Runs under way, so that shutdown can wait for them to stop.
+    runs: TaskTracker,
+    /// Cancelled at shutdown: runs under way stop at once.
+    stopping: CancellationToken,
     /// Runners of finished runs still being reaped and cleaned up.
     cleanups: TaskTracker,
     registry: Arc<Registry>,
@@ -53,7 +57,16 @@ impl Engine {
     pub fn new(backend: Arc<dyn SandboxBackend>, registry: Arc<Registry>, settings: ExecutionConfig) -> Self {
         let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
         let pool = RunnerPool::new(Arc::clone(&backend), request, settings.pool_size);
-        Engine { backend, availability: Mutex::new(None), pool, cleanups: TaskTracker::new(), registry, settings }
+        Engine {
+            backend,
+            availability: Mutex::new(None),
+            pool,
+            runs: TaskTracker::new(),
+            stopping: CancellationToken::new(),
+            cleanups: TaskTracker::new(),
+            registry,
+            settings,
+        }
     }
 
     pub fn settings(&self) -> &ExecutionConfig {
@@ -79,10 +92,14 @@ impl Engine {
         availability
     }
 
-    /// At shutdown: kills the runners waiting in the pool, finishes cleaning up after past runs, and lets the
-    /// backend remove what it keeps outside this process, so that nothing outlives the server.
+    /// At shutdown: stops the runs under way, kills the runners waiting in the pool or being started for it,
+    /// finishes cleaning up after past runs, and lets the backend remove what it keeps outside this process,
+    /// so that nothing outlives the server.
     pub async fn shutdown(&self) {
-        self.pool.close();
+        self.stopping.cancel();
+        self.runs.close();
+        self.runs.wait().await;
+        self.pool.close().await;
         self.cleanups.close();
         self.cleanups.wait().await;
         self.backend.shutdown().await;
@@ -90,6 +107,12 @@ impl Engine {
 
     /// Runs `code` to the end, a failure, the time limit, or `cancel`.
     pub async fn execute(&self, code: &str, cancel: CancellationToken) -> RunReport {
+        let _running = self.runs.token();
+        let stopped =
+            || RunReport::failed("ExecutionError: the server is shutting down; the run was not started".into());
+        if self.stopping.is_cancelled() {
+            return stopped();
+        }
         if let Availability::Unavailable { reason } = self.availability().await {
             return RunReport::failed(format!(
                 "SandboxError: the '{}' sandbox is unavailable: {reason}",
@@ -97,8 +120,13 @@ impl Engine {
             ));
         }
         let deadline = tokio::time::Instant::now() + self.settings.timeout();
-        let (runner, ()) =
-            tokio::join!(self.pool.take(deadline), self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT));
+        let preparing = async {
+            tokio::join!(self.pool.take(deadline), self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT)).0
+        };
+        let runner = tokio::select! {
+            runner = preparing => runner,
+            () = self.stopping.cancelled() => return stopped(),
+        };
         let runner = match runner {
             Ok(runner) => runner,
             Err(error) => return RunReport::failed(error),
@@ -109,6 +137,7 @@ impl Engine {
             code,
             deadline,
             cancel,
+            stopping: &self.stopping,
             cleanups: &self.cleanups,
         };
         let report = run::drive(runner, context).await;

@@ -1,45 +1,148 @@
-//! The program's output as the server keeps it: counted in bytes and cut at `max_output_bytes`.
+//! Text a run produces that must fit a byte budget (the program's output, its error): what is kept is the
+//! head and the tail, with one marker line between them saying how many bytes were left out — the summary a
+//! program prints last survives a flood before it.
 
+/// Output as it arrives: the first half of the budget is kept as the head, the latest bytes as the tail.
 #[derive(Debug)]
 pub struct OutputBuffer {
-    text: String,
+    head: String,
+    /// The latest bytes past the head (at most `tail_cap`); may begin inside a character until finished.
+    tail: Vec<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    left_out: usize,
+    /// `max_output_bytes`, as the marker names it.
     limit: usize,
-    truncated: bool,
 }
 
 impl OutputBuffer {
     pub fn new(limit: usize) -> Self {
-        OutputBuffer { text: String::new(), limit, truncated: false }
+        let head_cap = limit / 2;
+        OutputBuffer { head: String::new(), tail: Vec::new(), head_cap, tail_cap: limit - head_cap, left_out: 0, limit }
     }
 
-    pub fn push(&mut self, data: &str) {
-        if self.truncated {
-            return;
+    pub fn push(&mut self, mut data: &str) {
+        if self.tail.is_empty() && self.head.len() < self.head_cap {
+            let cut = floor_char_boundary(data, self.head_cap - self.head.len());
+            self.head.push_str(&data[..cut]);
+            data = &data[cut..];
         }
-        let room = self.limit - self.text.len();
-        if data.len() <= room {
-            self.text.push_str(data);
-            return;
+        self.tail.extend_from_slice(data.as_bytes());
+        let excess = self.tail.len().saturating_sub(self.tail_cap);
+        if excess > 0 {
+            self.tail.drain(..excess);
+            self.left_out += excess;
         }
-        let mut cut = room;
-        while !data.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        self.text.push_str(&data[..cut]);
-        self.truncated = true;
     }
 
-    /// The output, with a closing marker when it was cut.
-    pub fn finish(self) -> String {
-        if !self.truncated {
-            return self.text;
+    /// The output, cut further to at most `budget` bytes (plus the marker) if it holds more.
+    pub fn finish(self, budget: usize) -> String {
+        let mut tail = self.tail.as_slice();
+        let mut left_out = self.left_out;
+        // A tail cut by bytes may start inside a character: drop the partial one.
+        while let Some((&byte, rest)) = tail.split_first()
+            && left_out > 0
+            && is_continuation(byte)
+        {
+            tail = rest;
+            left_out += 1;
         }
-        format!(
-            "{}\n[output truncated: the program printed more than max_output_bytes ({}); print less, or emit() a \
-             summary]\n",
-            self.text, self.limit
-        )
+        let tail = String::from_utf8_lossy(tail);
+        Clipped { head: &self.head, tail: &tail, left_out }.fit(budget).render(Marker::Output, self.limit)
     }
+}
+
+/// Which text was cut, for the marker line.
+#[derive(Debug, Clone, Copy)]
+pub enum Marker {
+    Output,
+    Error,
+}
+
+impl Marker {
+    fn line(self, left_out: usize, limit: usize) -> String {
+        match self {
+            Marker::Output => format!(
+                "[output truncated: {left_out} bytes left out here; the program printed more than max_output_bytes \
+                 ({limit}); print less, or emit() a summary]"
+            ),
+            Marker::Error => format!(
+                "[error truncated: {left_out} bytes left out here; the error text was longer than max_output_bytes \
+                 ({limit})]"
+            ),
+        }
+    }
+}
+
+/// `text` cut to at most `budget` bytes (plus the marker line), keeping its head and tail. `limit` is what
+/// the marker names as the limit.
+pub fn clip(text: &str, budget: usize, limit: usize, marker: Marker) -> String {
+    Clipped { head: text, tail: "", left_out: 0 }.fit(budget).render(marker, limit)
+}
+
+/// A text's head and tail with what was left out between them.
+struct Clipped<'a> {
+    head: &'a str,
+    tail: &'a str,
+    left_out: usize,
+}
+
+impl Clipped<'_> {
+    /// Leaves out more from the middle until head and tail fit in `budget` bytes together.
+    fn fit(self, budget: usize) -> Fitted {
+        let total = self.head.len() + self.tail.len();
+        if total <= budget {
+            return Fitted { head: self.head.to_string(), tail: self.tail.to_string(), left_out: self.left_out };
+        }
+        let head = &self.head[..floor_char_boundary(self.head, budget / 2)];
+        // What the head does not keep runs on into the tail: the kept tail is the last bytes of the two.
+        let mut rest = String::with_capacity(total - head.len());
+        rest.push_str(&self.head[head.len()..]);
+        rest.push_str(self.tail);
+        let tail_budget = budget - head.len();
+        let tail = &rest[ceil_char_boundary(&rest, rest.len() - tail_budget.min(rest.len()))..];
+        let left_out = self.left_out + total - head.len() - tail.len();
+        Fitted { head: head.to_string(), tail: tail.to_string(), left_out }
+    }
+}
+
+/// A clipped text ready to be shown.
+struct Fitted {
+    head: String,
+    tail: String,
+    left_out: usize,
+}
+
+impl Fitted {
+    fn render(self, marker: Marker, limit: usize) -> String {
+        if self.left_out == 0 {
+            return self.head + &self.tail;
+        }
+        let separator = if self.head.is_empty() || self.head.ends_with('\n') { "" } else { "\n" };
+        format!("{}{separator}{}\n{}", self.head, marker.line(self.left_out, limit), self.tail)
+    }
+}
+
+fn is_continuation(byte: u8) -> bool {
+    byte & 0b1100_0000 == 0b1000_0000
+}
+
+/// The largest char boundary of `s` at or below `index`.
+fn floor_char_boundary(s: &str, index: usize) -> usize {
+    let mut index = index.min(s.len());
+    while !s.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+/// The smallest char boundary of `s` at or above `index`.
+fn ceil_char_boundary(s: &str, index: usize) -> usize {
+    let mut index = index.min(s.len());
+    while !s.is_char_boundary(index) {
+        index += 1;
+    }
+    index
 }
 
 #[cfg(test)]
@@ -51,18 +154,53 @@ mod tests {
         let mut out = OutputBuffer::new(10);
         out.push("abc");
         out.push("defg");
-        assert_eq!(out.finish(), "abcdefg");
+        assert_eq!(out.finish(10), "abcdefg");
     }
 
     #[test]
-    fn output_over_the_limit_is_cut_on_a_character_boundary_and_marked() {
-        let mut out = OutputBuffer::new(5);
-        out.push("abcdé");
-        out.push("more");
-        let text = out.finish();
+    fn a_flood_keeps_its_head_and_tail_with_one_marker_line_saying_how_much_is_missing() {
+        let mut out = OutputBuffer::new(20);
+        for i in 0..1000 {
+            out.push(&format!("line {i}\n"));
+        }
+        let text = out.finish(20);
+        let (head, rest) = text.split_once("[output truncated: ").unwrap();
+        let (marker, tail) = rest.split_once('\n').unwrap();
+        assert_eq!(head, "line 0\nlin\n");
         assert!(
-            text.starts_with("abcd\n[output truncated: the program printed more than max_output_bytes (5)"),
-            "{text}"
+            marker.starts_with("8870 bytes left out here; the program printed more than max_output_bytes (20)"),
+            "{marker}"
         );
+        assert_eq!(tail, "\nline 999\n", "the last bytes survive");
+        let printed: usize = (0..1000).map(|i| format!("line {i}\n").len()).sum();
+        assert_eq!("line 0\nlin".len() + tail.len() + 8870, printed);
+    }
+
+    #[test]
+    fn cuts_fall_on_character_boundaries() {
+        let mut out = OutputBuffer::new(7);
+        out.push("ééééé");
+        out.push("ü✓ü✓");
+        let text = out.finish(7);
+        assert!(text.starts_with("é\n[output truncated: 15 bytes left out here"), "{text}");
+        assert!(text.ends_with("]\n✓"), "{text}");
+    }
+
+    #[test]
+    fn a_smaller_budget_at_the_end_cuts_more_from_the_middle() {
+        let mut out = OutputBuffer::new(100);
+        out.push(&"a".repeat(60));
+        out.push(&"b".repeat(60));
+        let text = out.finish(10);
+        assert_eq!(text, format!("aaaaa\n{}\nbbbbb", Marker::Output.line(110, 100)));
+        assert_eq!(OutputBuffer::new(100).finish(0), "");
+    }
+
+    #[test]
+    fn clip_keeps_short_text_and_cuts_long_text_in_the_middle() {
+        assert_eq!(clip("short", 10, 10, Marker::Error), "short");
+        let text = clip(&format!("Traceback\n{}\nValueError: boom", "x".repeat(1000)), 40, 40, Marker::Error);
+        assert!(text.starts_with("Traceback\nxxxxxxxxxx\n[error truncated: "), "{text}");
+        assert!(text.ends_with("]\nxxx\nValueError: boom"), "{text}");
     }
 }

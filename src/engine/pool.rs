@@ -1,7 +1,8 @@
 //! Ready runners: started, confined, interpreter up and handshake done, waiting for their program. A pool
 //! keeps `execution.pool_size` of them so a run does not pay the interpreter's start-up; each serves one run
 //! and is discarded, and the pool refills in the background. A run never waits for the pool: with no ready
-//! runner at hand it starts its own, exactly as without a pool.
+//! runner at hand it starts its own, exactly as without a pool. A runner that died while waiting is never
+//! handed out.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -11,6 +12,8 @@ use std::time::Duration;
 use ptc_backends::protocol::{FromRunner, PROTOCOL_VERSION};
 use ptc_backends::{RunnerControl, SandboxBackend, SpawnRequest};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::lines::{Line, LineReader};
 
@@ -63,18 +66,28 @@ pub struct RunnerPool {
     request: SpawnRequest,
     size: usize,
     state: Mutex<PoolState>,
+    /// Runners being started for the pool; waited for at shutdown.
+    starts: TaskTracker,
+    /// Cancelled at shutdown: starts under way give up (their runner is killed and its scratch removed).
+    closing: CancellationToken,
 }
 
 #[derive(Default)]
 struct PoolState {
     ready: VecDeque<ReadyRunner>,
     starting: usize,
-    closed: bool,
 }
 
 impl RunnerPool {
     pub fn new(backend: Arc<dyn SandboxBackend>, request: SpawnRequest, size: usize) -> Arc<RunnerPool> {
-        Arc::new(RunnerPool { backend, request, size, state: Mutex::new(PoolState::default()) })
+        Arc::new(RunnerPool {
+            backend,
+            request,
+            size,
+            state: Mutex::new(PoolState::default()),
+            starts: TaskTracker::new(),
+            closing: CancellationToken::new(),
+        })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, PoolState> {
@@ -84,10 +97,15 @@ impl RunnerPool {
     /// A ready runner: from the pool if one is waiting, else started now (ready by `deadline`). The caller
     /// refills the pool once its run is over, so that starting runners does not compete with the run for CPU.
     pub async fn take(&self, deadline: tokio::time::Instant) -> Result<ReadyRunner, String> {
-        let pooled = self.state().ready.pop_front();
-        match pooled {
-            Some(runner) => Ok(runner),
-            None => start_ready(self.backend.as_ref(), &self.request, deadline).await,
+        loop {
+            let Some(mut runner) = self.state().ready.pop_front() else {
+                return start_ready(self.backend.as_ref(), &self.request, deadline).await;
+            };
+            if !runner.control.has_exited() {
+                return Ok(runner);
+            }
+            tracing::warn!("a ready runner had died while waiting (e.g. killed from outside); starting another");
+            // Dropping it kills what is left of it and removes its scratch directory.
         }
     }
 
@@ -95,37 +113,41 @@ impl RunnerPool {
     pub fn refill(self: &Arc<Self>) {
         let missing = {
             let mut state = self.state();
-            let missing = self.size.saturating_sub(state.ready.len() + state.starting);
-            if state.closed {
+            if self.closing.is_cancelled() {
                 return;
             }
+            let missing = self.size.saturating_sub(state.ready.len() + state.starting);
             state.starting += missing;
             missing
         };
         for _ in 0..missing {
             let pool = Arc::clone(self);
-            tokio::spawn(async move {
+            self.starts.spawn(async move {
                 let deadline = tokio::time::Instant::now() + POOL_START_TIMEOUT;
-                let started = start_ready(pool.backend.as_ref(), &pool.request, deadline).await;
+                let started = tokio::select! {
+                    started = start_ready(pool.backend.as_ref(), &pool.request, deadline) => Some(started),
+                    () = pool.closing.cancelled() => None,
+                };
                 let mut state = pool.state();
                 state.starting -= 1;
                 match started {
-                    // Dropped (killed) right away if the pool closed meanwhile.
-                    Ok(runner) if !state.closed => state.ready.push_back(runner),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!("could not start a runner for the pool: {e}"),
+                    // Dropped (killed) right away if the pool is closing.
+                    Some(Ok(runner)) if !pool.closing.is_cancelled() => state.ready.push_back(runner),
+                    Some(Err(e)) => tracing::warn!("could not start a runner for the pool: {e}"),
+                    _ => {}
                 }
             });
         }
     }
 
-    /// Kills every waiting runner and stops refilling (at shutdown).
-    pub fn close(&self) {
-        let drained: Vec<ReadyRunner> = {
-            let mut state = self.state();
-            state.closed = true;
-            state.ready.drain(..).collect()
-        };
-        drop(drained);
+    /// At shutdown: stops refilling, kills every waiting runner and those being started, and waits until
+    /// they are gone with their scratch directories.
+    pub async fn close(&self) {
+        self.closing.cancel();
+        let drained: Vec<ReadyRunner> = self.state().ready.drain(..).collect();
+        let cleanups = drained.into_iter().map(|mut runner| async move { runner.control.kill().await });
+        futures::future::join_all(cleanups).await;
+        self.starts.close();
+        self.starts.wait().await;
     }
 }

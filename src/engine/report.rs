@@ -9,7 +9,8 @@ use crate::config::TraceMode;
 /// The outcome of one `execute_program`.
 #[derive(Debug, Default)]
 pub struct RunReport {
-    /// Everything the program printed, cut at `max_output_bytes` (with a marker saying so).
+    /// What the program printed: within `max_output_bytes` less the error and the emitted value, keeping the
+    /// head and the tail around a marker line when it was more.
     pub output: String,
     /// The last `emit()` value.
     pub result: Option<Value>,
@@ -58,13 +59,19 @@ impl RunReport {
     }
 
     pub fn structured(&self) -> Value {
-        json!({
+        let (listed, not_listed) = self.trace.listed();
+        let mut structured = json!({
             "ok": self.ok(),
             "output": self.output,
             "result": self.result,
             "error": self.error,
-            "tool_calls": self.trace.to_json(),
-        })
+            "tool_calls": listed,
+        });
+        if not_listed > 0 {
+            // Calls refused for the exhausted budget, and any past the listing's size budget, are counted.
+            structured["tool_calls_not_listed"] = not_listed.into();
+        }
+        structured
     }
 }
 
@@ -103,7 +110,7 @@ mod tests {
     #[test]
     fn the_trace_summary_is_the_last_line_only_in_summary_mode() {
         let mut report = RunReport::default();
-        let call = report.trace.start("mcp__s__t", &Map::new());
+        let call = report.trace.start("mcp__s__t", &Map::new(), 2);
         report.trace.finish(call, Some("boom".into()), std::time::Instant::now());
         let text = report.text(TraceMode::Summary);
         assert!(text.starts_with("[Script executed successfully]\n(no output)\n[tool calls: 1, 1 failed; "), "{text}");

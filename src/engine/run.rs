@@ -1,7 +1,8 @@
 //! The server's side of one run: the protocol loop with the runner. Every line from the runner is
-//! untrusted; budgets, limits and the trace are decided here.
+//! untrusted: budgets, limits and the trace are decided here, and what the server keeps of what it reads is
+//! bounded whatever the program sends.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_backends::ExitInfo;
@@ -14,26 +15,39 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::output::OutputBuffer;
+use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::RunReport;
+use super::trace::{Trace, shorten};
 use crate::config::ExecutionConfig;
 use crate::lines::Line;
 use crate::registry::Registry;
 
-/// Messages to the runner waiting to be written; call tasks wait when it is full, the loop never does.
+/// Messages to the runner waiting to be written; tasks wait when it is full, the loop never does.
 const WRITE_QUEUE: usize = 16;
 /// After the runner exits, how long its last lines may take to arrive.
 const EXIT_GRACE: Duration = Duration::from_millis(300);
-/// The longest line accepted from the runner that is not program output or an emitted value.
-const MAX_CONTROL_LINE: usize = 64 * 1024 * 1024;
+/// Room in a line beyond its payload (call arguments, an emitted value): the envelope, and output chunks
+/// (the runner sends at most 64 KiB of output a line, up to six times that once escaped).
+const LINE_SLACK: usize = 512 * 1024;
+/// Tool names come from the catalog; a longer one can only be forged.
+const MAX_TOOL_NAME: usize = 1024;
+/// How much work (calls waiting for a slot, helper answers being sent) the loop takes on beyond
+/// `max_concurrent_calls` before it stops reading the runner until some of it is done: a flood of requests
+/// cannot make the server hold more than this many messages.
+const QUEUED_WORK: usize = 8;
+/// The exception class name as kept.
+const MAX_ERROR_KIND: usize = 200;
 
 pub(super) struct RunContext<'a> {
     pub registry: &'a Arc<Registry>,
     pub settings: &'a ExecutionConfig,
     pub code: &'a str,
     pub deadline: tokio::time::Instant,
+    /// The client's cancellation of this request.
     pub cancel: CancellationToken,
+    /// The server is shutting down.
+    pub stopping: &'a CancellationToken,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
     pub cleanups: &'a TaskTracker,
 }
@@ -43,160 +57,255 @@ enum Ending {
     Done(Option<ProgramError>),
     Timeout,
     Cancelled,
+    Stopped,
     /// The runner (or the program, through the channel fd) sent something that breaks the protocol.
     Broken(String),
     Exited(ExitInfo),
 }
 
-/// What a finished call task reports back to the loop for the trace (helpers report nothing).
-type Finished = Option<(usize, Option<String>, Instant)>;
+/// The longest line accepted from the runner.
+pub(super) fn max_line(settings: &ExecutionConfig) -> usize {
+    settings.max_tool_result_bytes.max(settings.max_output_bytes).saturating_add(LINE_SLACK)
+}
 
 pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport {
     let ReadyRunner { to_runner, mut reader, mut control } = runner;
     let (lines_tx, lines_rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE);
     let writer = tokio::spawn(write_lines(to_runner, lines_rx));
-    reader.set_max_len(MAX_CONTROL_LINE.max(cx.settings.max_output_bytes * 2));
-
-    let mut report = RunReport::default();
-    let mut output = OutputBuffer::new(cx.settings.max_output_bytes);
-    let mut calls: JoinSet<Finished> = JoinSet::new();
-    let semaphore = Arc::new(Semaphore::new(cx.settings.max_concurrent_calls));
-    let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
+    reader.set_max_len(max_line(cx.settings));
+    let mut run = RunState::new(&cx, lines_tx);
 
     let tools = cx.registry.catalog().names();
-    let run = ToRunner::Run { code: cx.code, tools: &tools, max_output_bytes: cx.settings.max_output_bytes };
-    let _ = lines_tx.send(run.to_line()).await;
+    let start = ToRunner::Run { code: cx.code, tools: &tools, max_output_bytes: cx.settings.max_output_bytes };
+    let _ = run.lines_tx.send(start.to_line()).await;
+    let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
+    let mut channel_open = true;
     let ending = loop {
         tokio::select! {
             biased;
             () = cx.cancel.cancelled() => break Ending::Cancelled,
+            () = cx.stopping.cancelled() => break Ending::Stopped,
             () = tokio::time::sleep_until(cx.deadline) => break Ending::Timeout,
-            Some(joined) = calls.join_next(), if !calls.is_empty() => {
-                if let Ok(Some((index, error, ended))) = joined {
-                    report.trace.finish(index, error, ended);
-                }
-            }
+            Some(_) = run.work.join_next(), if !run.work.is_empty() => {}
             info = control.wait(), if exited.is_none() => {
+                if !channel_open {
+                    break Ending::Exited(info);
+                }
                 exited = Some((info, tokio::time::Instant::now() + EXIT_GRACE));
             }
             () = sleep_until_some(exited.as_ref().map(|(_, grace)| *grace)) => {
                 break Ending::Exited(exited.take().map(|(info, _)| info).expect("set with the grace"));
             }
-            read = reader.next_line() => match read {
+            read = reader.next_line(), if channel_open && run.can_take_work() => match read {
                 Ok(Line::Complete(line)) => match FromRunner::parse(line) {
                     Ok(FromRunner::Done { error }) => break Ending::Done(error),
                     Ok(message) => {
-                        if let Err(why) = handle(message, &cx, &mut report, &mut output, &mut calls, &semaphore, &lines_tx) {
+                        if let Err(why) = run.handle(message) {
                             break Ending::Broken(why);
                         }
                     }
                     Err(e) => break Ending::Broken(format!("an invalid message ({e})")),
                 },
-                Ok(Line::End) => break Ending::Exited(control.wait().await),
-                Ok(Line::TooLong { len, .. }) => break Ending::Broken(format!("a message of {len} bytes, over the limit")),
+                Ok(Line::TooLong { len, .. }) => {
+                    break Ending::Broken(format!(
+                        "a message of {len} bytes, more than the {} bytes a message may have",
+                        max_line(cx.settings)
+                    ));
+                }
+                // The program closed its channel: the run goes on until the interpreter exits (within the
+                // deadline and the client's cancel, like everything here).
+                Ok(Line::End) => match exited.take() {
+                    Some((info, _)) => break Ending::Exited(info),
+                    None => channel_open = false,
+                },
                 Err(e) => break Ending::Broken(e.to_string()),
             },
         }
     };
 
-    calls.abort_all();
-    let cancelled = report.trace.cancel_in_flight();
+    run.work.abort_all();
     writer.abort();
     // Everything the run started is killed now; reaping it and removing its scratch directory or container
     // take milliseconds that the result does not wait for.
     control.start_kill();
     cx.cleanups.spawn(async move { control.kill().await });
-    report.output = output.finish();
-    let in_flight =
-        if cancelled > 0 { format!("; {cancelled} tool call(s) still running were cancelled") } else { String::new() };
-    let error = match ending {
-        Ending::Done(None) => report.error.take(),
-        Ending::Done(Some(error)) if error.message.trim().is_empty() => Some(error.kind),
-        Ending::Done(Some(error)) => Some(error.message),
-        Ending::Timeout => {
-            Some(format!("TimeoutError: Execution exceeded {}s limit{in_flight}", cx.settings.timeout_seconds))
-        }
-        Ending::Cancelled => Some(format!("ExecutionError: the client cancelled the run{in_flight}")),
-        Ending::Broken(why) => Some(format!(
-            "ExecutionError: the program corrupted its channel to the server ({why}); the run was stopped{in_flight}"
-        )),
-        Ending::Exited(info) => {
-            Some(format!("ExecutionError: the interpreter ended before the program finished ({info}){in_flight}"))
-        }
-    };
-    report.error = error;
-    report
+    run.into_report(ending, cx.settings)
 }
 
-/// Answers one message from the runner. `Err` means the message breaks the protocol.
-fn handle(
-    message: FromRunner,
-    cx: &RunContext<'_>,
-    report: &mut RunReport,
-    output: &mut OutputBuffer,
-    calls: &mut JoinSet<Finished>,
-    semaphore: &Arc<Semaphore>,
-    lines_tx: &mpsc::Sender<Vec<u8>>,
-) -> Result<(), String> {
-    match message {
-        FromRunner::Output { data } => output.push(&data),
-        FromRunner::Emit { value } => {
-            let size = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(usize::MAX);
-            if size > cx.settings.max_output_bytes {
-                report.error = Some(format!(
-                    "ExecutionError: emit() got {size} bytes of JSON, more than max_output_bytes ({})",
-                    cx.settings.max_output_bytes
-                ));
-            } else {
-                report.result = Some(value);
-            }
+/// What the loop keeps while the program runs.
+struct RunState<'a> {
+    registry: &'a Arc<Registry>,
+    settings: &'a ExecutionConfig,
+    lines_tx: mpsc::Sender<Vec<u8>>,
+    output: OutputBuffer,
+    result: Option<Value>,
+    /// An error found by the server (e.g. an emitted value over the limit), reported unless the run fails
+    /// otherwise.
+    error: Option<String>,
+    /// Shared with the call tasks, which record a call's end before its result is handed to the program.
+    trace: Arc<Mutex<Trace>>,
+    /// Call tasks and helper answers under way.
+    work: JoinSet<()>,
+    slots: Arc<Semaphore>,
+}
+
+impl<'a> RunState<'a> {
+    fn new(cx: &RunContext<'a>, lines_tx: mpsc::Sender<Vec<u8>>) -> Self {
+        RunState {
+            registry: cx.registry,
+            settings: cx.settings,
+            lines_tx,
+            output: OutputBuffer::new(cx.settings.max_output_bytes),
+            result: None,
+            error: None,
+            trace: Arc::default(),
+            work: JoinSet::new(),
+            slots: Arc::new(Semaphore::new(cx.settings.max_concurrent_calls)),
         }
-        FromRunner::Call { id, tool, args } => {
-            let index = report.trace.start(&tool, &args);
-            let lines_tx = lines_tx.clone();
-            if report.trace.calls().len() > cx.settings.max_tool_calls {
-                let error = format!(
-                    "tool call budget exhausted: a program may make at most {} tool calls (execution.max_tool_calls)",
-                    cx.settings.max_tool_calls
-                );
-                calls.spawn(async move {
-                    let ended = Instant::now();
-                    let _ = lines_tx.send(ToRunner::failure(id, &error).to_line()).await;
-                    Some((index, Some(error), ended))
-                });
-                return Ok(());
-            }
-            let registry = Arc::clone(cx.registry);
-            let semaphore = Arc::clone(semaphore);
-            let timeout = cx.settings.tool_call_timeout();
-            let max_result = cx.settings.max_tool_result_bytes;
-            calls.spawn(async move {
-                let _permit = semaphore.acquire_owned().await;
-                let result = registry.call(&tool, args, timeout, max_result).await;
-                let ended = Instant::now();
-                let line = match &result {
-                    Ok(value) => ToRunner::success(id, value).to_line(),
-                    Err(error) => ToRunner::failure(id, error).to_line(),
-                };
-                let _ = lines_tx.send(line).await;
-                Some((index, result.err(), ended))
-            });
-        }
-        FromRunner::Helper { id, name, args } => {
-            let line = match helper(cx.registry, &name, &args) {
-                Ok(value) => ToRunner::success(id, &value).to_line(),
-                Err(error) => ToRunner::failure(id, &error).to_line(),
-            };
-            let lines_tx = lines_tx.clone();
-            calls.spawn(async move {
-                let _ = lines_tx.send(line).await;
-                None
-            });
-        }
-        FromRunner::Ready { .. } => return Err("a second ready message".to_string()),
-        FromRunner::Done { .. } => unreachable!("done ends the loop before handle"),
     }
-    Ok(())
+
+    fn can_take_work(&self) -> bool {
+        self.work.len() < self.settings.max_concurrent_calls + QUEUED_WORK
+    }
+
+    fn trace(&self) -> std::sync::MutexGuard<'_, Trace> {
+        self.trace.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Answers one message from the runner. `Err` means the message breaks the protocol.
+    fn handle(&mut self, message: FromRunner) -> Result<(), String> {
+        match message {
+            FromRunner::Output { data } => self.output.push(&data),
+            FromRunner::Emit { value } => {
+                let size = json_size(&value);
+                if size > self.settings.max_output_bytes {
+                    self.error = Some(format!(
+                        "ExecutionError: emit() got {size} bytes of JSON, more than max_output_bytes ({})",
+                        self.settings.max_output_bytes
+                    ));
+                } else {
+                    self.result = Some(value);
+                }
+            }
+            FromRunner::Call { id, tool, args } => self.call(id, tool, args)?,
+            FromRunner::Helper { id, name, args } => {
+                let line = match helper(self.registry, &name, &args) {
+                    Ok(value) => ToRunner::success(id, &value).to_line(),
+                    Err(error) => ToRunner::failure(id, &error).to_line(),
+                };
+                self.reply(line);
+            }
+            FromRunner::Ready { .. } => return Err("a second ready message".to_string()),
+            FromRunner::Done { .. } => unreachable!("done ends the loop before handle"),
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>) -> Result<(), String> {
+        if tool.len() > MAX_TOOL_NAME {
+            return Err(format!("a tool name of {} bytes", tool.len()));
+        }
+        let mut trace = self.trace();
+        if trace.calls().len() >= self.settings.max_tool_calls {
+            trace.count_over_budget();
+            drop(trace);
+            let error = format!(
+                "tool call budget exhausted: a program may make at most {} tool calls (execution.max_tool_calls)",
+                self.settings.max_tool_calls
+            );
+            self.reply(ToRunner::failure(id, &error).to_line());
+            return Ok(());
+        }
+        let size = json_size(&args);
+        let index = trace.start(&tool, &args, size);
+        if size > self.settings.max_tool_result_bytes {
+            let error = format!(
+                "'{tool}' was given {size} bytes of arguments, more than max_tool_result_bytes ({}), the most a \
+                 program may pass; pass a reference (a path, an id) instead of the data",
+                self.settings.max_tool_result_bytes
+            );
+            trace.finish(index, Some(error.clone()), Instant::now());
+            drop(trace);
+            self.reply(ToRunner::failure(id, &error).to_line());
+            return Ok(());
+        }
+        drop(trace);
+        let (registry, trace, slots, lines_tx) =
+            (Arc::clone(self.registry), Arc::clone(&self.trace), Arc::clone(&self.slots), self.lines_tx.clone());
+        let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
+        self.work.spawn(async move {
+            let _slot = slots.acquire_owned().await;
+            let result = registry.call(&tool, args, timeout, max_result).await;
+            let line = match &result {
+                Ok(value) => ToRunner::success(id, value).to_line(),
+                Err(error) => ToRunner::failure(id, error).to_line(),
+            };
+            // Recorded before the program can see the result: a call it got an answer to is never reported
+            // as cancelled.
+            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, result.err(), Instant::now());
+            let _ = lines_tx.send(line).await;
+        });
+        Ok(())
+    }
+
+    /// Sends a line to the runner without making the loop wait for the write queue.
+    fn reply(&mut self, line: Vec<u8>) {
+        let lines_tx = self.lines_tx.clone();
+        self.work.spawn(async move {
+            let _ = lines_tx.send(line).await;
+        });
+    }
+
+    fn into_report(self, ending: Ending, settings: &ExecutionConfig) -> RunReport {
+        let mut trace = std::mem::take(&mut *self.trace());
+        let cancelled = trace.cancel_in_flight();
+        let in_flight = if cancelled > 0 {
+            format!("; {cancelled} tool call(s) still running were cancelled")
+        } else {
+            String::new()
+        };
+        let budget = settings.max_output_bytes;
+        let error = match ending {
+            Ending::Done(None) => self.error,
+            Ending::Done(Some(error)) if error.message.trim().is_empty() => Some(shorten(&error.kind, MAX_ERROR_KIND)),
+            // Half the budget at most, so that what the program printed before it keeps the other half.
+            Ending::Done(Some(error)) => Some(clip(&error.message, budget / 2, budget, Marker::Error)),
+            Ending::Timeout => {
+                Some(format!("TimeoutError: Execution exceeded {}s limit{in_flight}", settings.timeout_seconds))
+            }
+            Ending::Cancelled => Some(format!("ExecutionError: the client cancelled the run{in_flight}")),
+            Ending::Stopped => {
+                Some(format!("ExecutionError: the server is shutting down; the run was stopped{in_flight}"))
+            }
+            Ending::Broken(why) => Some(format!(
+                "ExecutionError: the program corrupted its channel to the server ({why}); the run was stopped{in_flight}"
+            )),
+            Ending::Exited(info) => {
+                Some(format!("ExecutionError: the interpreter ended before the program finished ({info}){in_flight}"))
+            }
+        };
+        // The error and the emitted value come first; the output gets what is left of the budget, so that the
+        // reply stays within max_output_bytes and a small margin whatever the program does.
+        let taken = error.as_ref().map_or(0, String::len) + self.result.as_ref().map_or(0, json_size);
+        let output = self.output.finish(budget.saturating_sub(taken));
+        RunReport { output, result: self.result, error, trace }
+    }
+}
+
+/// The size of a value as compact JSON, counted without building the text.
+fn json_size<T: serde::Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
 }
 
 /// The introspection helpers available inside programs (not counted against budgets).
@@ -204,11 +313,11 @@ fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<
     let value = match name {
         "list_callable_tools" => Value::from(registry.catalog().names()),
         "inspect_tool" => match args.get("tool_name") {
-            Some(Value::String(tool)) => registry.inspect(tool)?,
+            Some(Value::String(tool)) => registry.inspect(&shorten(tool, MAX_TOOL_NAME))?,
             _ => return Err("inspect_tool() needs tool_name=<a name from list_callable_tools()>".to_string()),
         },
         "server_status" => serde_json::to_value(registry.statuses()).expect("statuses serialise"),
-        other => return Err(format!("unknown helper '{other}'")),
+        other => return Err(format!("unknown helper '{}'", shorten(other, MAX_TOOL_NAME))),
     };
     Ok(to_raw_value(&value).expect("helper values serialise"))
 }
@@ -229,5 +338,17 @@ async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_sizes_are_counted_like_the_compact_text() {
+        let value = json!({"a": [1, "é", null], "b": {"c": true}});
+        assert_eq!(json_size(&value), serde_json::to_vec(&value).unwrap().len());
     }
 }

@@ -1,5 +1,6 @@
 //! The server's own record of every tool call a program made: what was called, how it ended, how long it
-//! took. It is built from what the server did, never from what the runner claims.
+//! took. It is built from what the server did, never from what the runner claims, and its size is bounded
+//! whatever the program does: calls past the budget are counted, not stored, and long texts are shortened.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +9,16 @@ use serde_json::{Map, Value};
 
 /// Arguments larger than this (as JSON) are shown as a size only, to keep results small.
 const MAX_SHOWN_ARGUMENTS: usize = 1024;
+/// Arguments shown over the whole trace; once spent, every further call's arguments are shown as a size only.
+const SHOWN_ARGUMENTS_BUDGET: usize = 16 * 1024;
+/// A call's error as the trace keeps it (the program itself gets the whole message).
+const MAX_KEPT_ERROR: usize = 1024;
+/// A failure's error as the summary line shows it.
+const MAX_SUMMARY_ERROR: usize = 300;
+/// A tool's name as the summary line shows it (real names are short; a forged one may not be).
+const MAX_SUMMARY_TOOL: usize = 120;
+/// JSON bytes of calls the structured result lists; calls past it are counted instead.
+pub const LISTED_CALLS_BUDGET: usize = 32 * 1024;
 /// How many failures the summary spells out.
 const MAX_LISTED_FAILURES: usize = 5;
 
@@ -45,14 +56,20 @@ struct CallView<'a> {
 #[derive(Debug, Default)]
 pub struct Trace {
     calls: Vec<CallRecord>,
+    /// Calls refused because the budget was spent: counted (all failed), not stored.
+    over_budget: usize,
+    /// Bytes of arguments shown so far.
+    shown_arguments: usize,
 }
 
 impl Trace {
-    /// Records a call that starts now; returns its index for [`Trace::finish`].
-    pub fn start(&mut self, tool: &str, arguments: &Map<String, Value>) -> usize {
+    /// Records a call that starts now, with arguments of `size` bytes as JSON; returns its index for
+    /// [`Trace::finish`].
+    pub fn start(&mut self, tool: &str, arguments: &Map<String, Value>, size: usize) -> usize {
+        let arguments = self.shown_arguments(arguments, size);
         self.calls.push(CallRecord {
             tool: tool.to_string(),
-            arguments: shown_arguments(arguments),
+            arguments,
             status: CallStatus::InFlight,
             error: None,
             started: Instant::now(),
@@ -61,11 +78,18 @@ impl Trace {
         self.calls.len() - 1
     }
 
-    /// Records how call `index` ended, at `ended`.
+    /// Counts a call refused for the exhausted budget.
+    pub fn count_over_budget(&mut self) {
+        self.over_budget += 1;
+    }
+
+    /// Records how call `index` ended, at `ended`; a call already marked cancelled stays so.
     pub fn finish(&mut self, index: usize, error: Option<String>, ended: Instant) {
-        let call = &mut self.calls[index];
+        let Some(call) = self.calls.get_mut(index).filter(|call| call.status == CallStatus::InFlight) else {
+            return;
+        };
         call.status = if error.is_some() { CallStatus::Failed } else { CallStatus::Ok };
-        call.error = error;
+        call.error = error.map(|error| shorten(&error, MAX_KEPT_ERROR));
         call.duration = Some(ended.saturating_duration_since(call.started));
     }
 
@@ -84,47 +108,64 @@ impl Trace {
         &self.calls
     }
 
-    pub fn to_json(&self) -> Value {
-        let views: Vec<CallView> = self
-            .calls
-            .iter()
-            .map(|c| CallView {
-                tool: &c.tool,
-                arguments: &c.arguments,
-                ok: c.status == CallStatus::Ok,
-                duration: round_ms(c.duration.unwrap_or_else(|| c.started.elapsed())),
-                error: c.error.as_deref(),
-                cancelled: c.status == CallStatus::Cancelled,
+    /// Calls made, refused ones included.
+    pub fn count(&self) -> usize {
+        self.calls.len() + self.over_budget
+    }
+
+    /// The calls as the structured result lists them, in order, as many as fit in [`LISTED_CALLS_BUDGET`]
+    /// bytes of JSON, and how many were left out (those past the budget included).
+    pub fn listed(&self) -> (Value, usize) {
+        let mut listed = Vec::new();
+        let mut size = 0;
+        for call in &self.calls {
+            let view = serde_json::to_value(CallView {
+                tool: &call.tool,
+                arguments: &call.arguments,
+                ok: call.status == CallStatus::Ok,
+                duration: round_ms(call.duration.unwrap_or_else(|| call.started.elapsed())),
+                error: call.error.as_deref(),
+                cancelled: call.status == CallStatus::Cancelled,
             })
-            .collect();
-        serde_json::to_value(views).expect("trace entries always serialise")
+            .expect("trace entries always serialise");
+            size += view.to_string().len() + 1;
+            if size > LISTED_CALLS_BUDGET {
+                break;
+            }
+            listed.push(view);
+        }
+        let not_listed = self.count() - listed.len();
+        (Value::Array(listed), not_listed)
     }
 
     /// The seed's summary: `[tool calls: N, F failed; X.Xs]`, then up to five failures (cancelled calls
     /// included) and how many more there were. `None` when no call was made. The time is the wall-clock
     /// time during which at least one call was in flight.
     pub fn summary(&self) -> Option<String> {
-        if self.calls.is_empty() {
+        if self.count() == 0 {
             return None;
         }
         let failures: Vec<&CallRecord> =
             self.calls.iter().filter(|c| matches!(c.status, CallStatus::Failed | CallStatus::Cancelled)).collect();
-        let failed = if failures.is_empty() { String::new() } else { format!(", {} failed", failures.len()) };
-        let mut out = format!("[tool calls: {}{failed}; {:.1}s]", self.calls.len(), self.busy_time().as_secs_f64());
+        let failed_count = failures.len() + self.over_budget;
+        let failed = if failed_count == 0 { String::new() } else { format!(", {failed_count} failed") };
+        let mut out = format!("[tool calls: {}{failed}; {:.1}s]", self.count(), self.busy_time().as_secs_f64());
         for call in failures.iter().take(MAX_LISTED_FAILURES) {
             match call.status {
-                CallStatus::Cancelled => {
-                    out.push_str(&format!("\n  cancelled: {} (still running when the run ended)", call.tool))
-                }
+                CallStatus::Cancelled => out.push_str(&format!(
+                    "\n  cancelled: {} (still running when the run ended)",
+                    shorten(&call.tool, MAX_SUMMARY_TOOL)
+                )),
                 _ => out.push_str(&format!(
                     "\n  failed: {}: {}",
-                    call.tool,
-                    call.error.as_deref().unwrap_or("unknown error")
+                    shorten(&call.tool, MAX_SUMMARY_TOOL),
+                    shorten(call.error.as_deref().unwrap_or("unknown error"), MAX_SUMMARY_ERROR)
                 )),
             }
         }
-        if failures.len() > MAX_LISTED_FAILURES {
-            out.push_str(&format!("\n  ... {} more failures", failures.len() - MAX_LISTED_FAILURES));
+        let listed = failures.len().min(MAX_LISTED_FAILURES);
+        if failed_count > listed {
+            out.push_str(&format!("\n  ... {} more failures", failed_count - listed));
         }
         Some(out)
     }
@@ -153,13 +194,28 @@ impl Trace {
     }
 }
 
-fn shown_arguments(arguments: &Map<String, Value>) -> Value {
-    let size = serde_json::to_vec(arguments).map(|v| v.len()).unwrap_or(usize::MAX);
-    if size <= MAX_SHOWN_ARGUMENTS {
-        Value::Object(arguments.clone())
-    } else {
-        Value::String(format!("({size} bytes of arguments, not shown)"))
+impl Trace {
+    /// The arguments as the trace shows them: whole while small and while the trace's budget lasts.
+    fn shown_arguments(&mut self, arguments: &Map<String, Value>, size: usize) -> Value {
+        if size <= MAX_SHOWN_ARGUMENTS && self.shown_arguments + size <= SHOWN_ARGUMENTS_BUDGET {
+            self.shown_arguments += size;
+            Value::Object(arguments.clone())
+        } else {
+            Value::String(format!("({size} bytes of arguments, not shown)"))
+        }
     }
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), with an ellipsis when cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max.saturating_sub(3);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut])
 }
 
 fn round_ms(duration: Duration) -> f64 {
@@ -171,8 +227,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn args(value: Value) -> Map<String, Value> {
-        value.as_object().unwrap().clone()
+    fn start(trace: &mut Trace, tool: &str, arguments: Value) -> usize {
+        let size = serde_json::to_vec(&arguments).unwrap().len();
+        trace.start(tool, arguments.as_object().unwrap(), size)
     }
 
     #[test]
@@ -183,10 +240,10 @@ mod tests {
     #[test]
     fn the_summary_counts_failures_and_lists_at_most_five() {
         let mut trace = Trace::default();
-        let ok = trace.start("mcp__s__ok", &args(json!({})));
+        let ok = start(&mut trace, "mcp__s__ok", json!({}));
         trace.finish(ok, None, Instant::now());
         for i in 0..7 {
-            let i = trace.start(&format!("mcp__s__f{i}"), &args(json!({})));
+            let i = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
             trace.finish(i, Some("boom".into()), Instant::now());
         }
         let summary = trace.summary().unwrap();
@@ -200,29 +257,89 @@ mod tests {
     #[test]
     fn successful_calls_show_no_failed_count() {
         let mut trace = Trace::default();
-        let i = trace.start("t", &args(json!({"a": 1})));
+        let i = start(&mut trace, "t", json!({"a": 1}));
         trace.finish(i, None, Instant::now());
         assert_eq!(trace.summary().unwrap(), "[tool calls: 1; 0.0s]");
         assert_eq!(
-            trace.to_json(),
-            json!([{"tool": "t", "arguments": {"a": 1}, "ok": true, "duration": trace.to_json()[0]["duration"], "error": null}])
+            trace.listed().0,
+            json!([{"tool": "t", "arguments": {"a": 1}, "ok": true, "duration": trace.listed().0[0]["duration"], "error": null}])
         );
     }
 
     #[test]
     fn in_flight_calls_are_reported_as_cancelled() {
         let mut trace = Trace::default();
-        trace.start("mcp__s__slow", &args(json!({})));
+        start(&mut trace, "mcp__s__slow", json!({}));
         assert_eq!(trace.cancel_in_flight(), 1);
         assert!(trace.summary().unwrap().contains("\n  cancelled: mcp__s__slow (still running when the run ended)"));
-        assert_eq!(trace.to_json()[0]["cancelled"], json!(true));
-        assert_eq!(trace.to_json()[0]["ok"], json!(false));
+        assert_eq!(trace.listed().0[0]["cancelled"], json!(true));
+        assert_eq!(trace.listed().0[0]["ok"], json!(false));
+    }
+
+    #[test]
+    fn calls_past_the_budget_are_counted_as_failures_but_not_stored() {
+        let mut trace = Trace::default();
+        let i = start(&mut trace, "t", json!({}));
+        trace.finish(i, None, Instant::now());
+        for _ in 0..3 {
+            trace.count_over_budget();
+        }
+        assert_eq!(trace.calls().len(), 1);
+        let summary = trace.summary().unwrap();
+        assert!(summary.starts_with("[tool calls: 4, 3 failed; "), "{summary}");
+        assert!(summary.ends_with("\n  ... 3 more failures"), "{summary}");
+    }
+
+    #[test]
+    fn long_errors_are_shortened_in_the_trace_and_more_in_the_summary() {
+        let mut trace = Trace::default();
+        let i = start(&mut trace, "t", json!({}));
+        trace.finish(i, Some("é".repeat(5000)), Instant::now());
+        assert!(trace.calls()[0].error.as_ref().unwrap().len() <= MAX_KEPT_ERROR);
+        let summary = trace.summary().unwrap();
+        let line = summary.lines().nth(1).unwrap();
+        assert!(line.starts_with("  failed: t: ééé") && line.ends_with("...") && line.len() < 330, "{line}");
+    }
+
+    #[test]
+    fn a_late_finish_does_not_undo_a_cancellation() {
+        let mut trace = Trace::default();
+        let i = start(&mut trace, "t", json!({}));
+        trace.cancel_in_flight();
+        trace.finish(i, None, Instant::now());
+        assert_eq!(trace.calls()[0].status, CallStatus::Cancelled);
+        trace.finish(99, None, Instant::now()); // an index the trace never gave out: ignored
+    }
+
+    #[test]
+    fn shown_arguments_stop_once_their_budget_is_spent() {
+        let mut trace = Trace::default();
+        for _ in 0..30 {
+            start(&mut trace, "t", json!({"blob": "x".repeat(900)}));
+        }
+        let whole = trace.calls().iter().filter(|c| c.arguments.is_object()).count();
+        assert_eq!(whole, SHOWN_ARGUMENTS_BUDGET / 911);
+    }
+
+    #[test]
+    fn the_listed_calls_stop_at_their_byte_budget_and_the_rest_are_counted() {
+        let mut trace = Trace::default();
+        for i in 0..2000 {
+            let call = start(&mut trace, &format!("mcp__server__tool_{i}"), json!({"i": i}));
+            trace.finish(call, Some("e".repeat(500)), Instant::now());
+        }
+        trace.count_over_budget();
+        let (listed, not_listed) = trace.listed();
+        let listed = listed.as_array().unwrap().len();
+        assert!(listed > 10 && listed < 100, "{listed}");
+        assert_eq!(listed + not_listed, 2001);
+        assert!(trace.listed().0.to_string().len() <= LISTED_CALLS_BUDGET);
     }
 
     #[test]
     fn large_arguments_are_shown_by_size_only() {
         let mut trace = Trace::default();
-        trace.start("t", &args(json!({"blob": "x".repeat(2000)})));
+        start(&mut trace, "t", json!({"blob": "x".repeat(2000)}));
         assert_eq!(trace.calls()[0].arguments, json!("(2011 bytes of arguments, not shown)"));
     }
 }

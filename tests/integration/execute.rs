@@ -83,12 +83,17 @@ async fn cpu_bound_code_is_killed_at_the_deadline() {
 }
 
 #[tokio::test]
-async fn output_is_cut_at_max_output_bytes() {
+async fn output_over_max_output_bytes_keeps_its_head_and_tail_around_one_marker_line() {
     let ptc = Ptc::start(&config(&[], "  max_output_bytes: 100\n")).await;
-    let run = ptc.execute("for i in range(1000):\n    print('line', i)").await;
+    let run = ptc.execute("for i in range(1000):\n    print('line', i)\nprint('summary: done')").await;
     let output = run.structured()["output"].as_str().unwrap().to_string();
-    let (kept, marker) = output.split_once("\n[output truncated").expect("a truncation marker");
-    assert_eq!(kept.len(), 100);
+    let (head, rest) = output.split_once("[output truncated: ").expect("a truncation marker");
+    let (marker, tail) = rest.split_once('\n').expect("the marker is one line");
+    assert!(head.starts_with("line 0\nline 1\n") && head.len() <= 51, "{head:?}");
+    assert!(tail.ends_with("line 999\nsummary: done\n") && tail.len() <= 50, "{tail:?}");
+    let printed: usize = (0..1000).map(|i| format!("line {i}\n").len()).sum::<usize>() + "summary: done\n".len();
+    let left_out = printed - head.trim_end_matches('\n').len() - tail.len();
+    assert!(marker.starts_with(&format!("{left_out} bytes left out here; ")), "{marker}");
     assert!(marker.contains("max_output_bytes (100)"), "{marker}");
 }
 
@@ -120,7 +125,9 @@ async fn the_tool_call_budget_is_enforced_by_the_server() {
     let text = run.expect_ok();
     assert!(text.contains("3 tool call budget exhausted: a program may make at most 3 tool calls"), "{text}");
     assert!(text.contains("[tool calls: 5, 2 failed; "), "{text}");
-    assert_eq!(run.structured()["tool_calls"].as_array().unwrap().len(), 5);
+    // Calls past the budget are counted, not listed.
+    assert_eq!(run.structured()["tool_calls"].as_array().unwrap().len(), 3);
+    assert_eq!(run.structured()["tool_calls_not_listed"], json!(2));
 }
 
 #[tokio::test]
@@ -271,8 +278,9 @@ import asyncio
 await asyncio.sleep(0.5)"#;
     let second = ptc.execute(forged_calls).await;
     let calls = second.structured()["tool_calls"].as_array().unwrap().clone();
-    assert_eq!(calls.len(), 5, "{}", second.text());
+    assert_eq!(calls.len(), 2, "{}", second.text());
     assert_eq!(calls.iter().filter(|c| c["ok"] == json!(true)).count(), 2, "{}", second.text());
+    assert_eq!(second.structured()["tool_calls_not_listed"], json!(3), "{}", second.text());
     // The server and later runs are unaffected.
     assert_eq!(
         ptc.execute("print(await mcp__mock__echo(n=1))").await.expect_ok(),

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod channel;
 mod cli;
 mod docker;
 mod escape;

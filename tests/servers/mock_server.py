@@ -114,6 +114,11 @@ def register_tools(server):
         structured = {"count": "many"}
         return result(json_text(structured), structured=structured)
 
+    @tool("say", "Return `text` as one plain text block, verbatim.",
+          {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    def say(args):
+        return result(text(args["text"]))
+
     @tool("huge", "Return a text block of roughly `size` bytes.",
           {"type": "object", "properties": {"size": {"type": "integer", "minimum": 0}},
            "required": ["size"]})

@@ -458,6 +458,10 @@ impl RunnerControl for DockerControl {
         }
     }
 
+    fn has_exited(&mut self) -> bool {
+        self.exited.is_some() || self.waiter.is_finished()
+    }
+
     fn stderr_tail(&self) -> String {
         self.stderr_tail.text()
     }

@@ -267,3 +267,47 @@ pub async fn require_backend(ptc: &Ptc) -> Option<()> {
     }
     Some(())
 }
+
+/// Processes whose `HOME` (the scratch directory) lies under `dir`: the runners of a server whose temp
+/// directory is `dir`.
+pub fn runners_under(dir: &Path) -> Vec<String> {
+    let needle = format!("HOME={}", dir.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+        .filter(|e| {
+            let pid: i32 = e.file_name().to_string_lossy().parse().unwrap();
+            is_running(pid)
+                && std::fs::read(e.path().join("environ"))
+                    .map(|env| env.split(|b| *b == 0).any(|var| var.starts_with(needle.as_bytes())))
+                    .unwrap_or(false)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Polls `check` every 50 ms until it holds (true) or `limit` has passed (false). Bounds are generous: a
+/// loaded machine is slow, and the check says what is being waited for.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A process's peak resident memory so far (`VmHWM`), in KiB.
+pub fn peak_rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
