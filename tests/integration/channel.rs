@@ -26,7 +26,7 @@ fn reply_sizes(run: &Run) -> (usize, usize) {
     (run.text().len(), serde_json::to_string(&run.structured()).unwrap().len())
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn concurrent_calls_with_megabyte_arguments_never_corrupt_the_channel() {
     let ptc = ptc_with_mock("").await;
     // Results arrive while the next 2 MB call line is being read: the reader must resume, not lose, it.
@@ -40,7 +40,7 @@ async fn concurrent_calls_with_megabyte_arguments_never_corrupt_the_channel() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_call_whose_result_the_program_printed_is_never_reported_as_cancelled() {
     let ptc = Ptc::start(&config(&[mock_server("a", &[]), mock_server("b", &[])], "")).await;
     for attempt in 0..60 {
@@ -57,7 +57,7 @@ const CLOSE_CHANNEL_AND_SLEEP: &str = "import os, time\n\
     for fd in range(3, 1024):\n    try:\n        os.close(fd)\n    except OSError:\n        pass\n\
     time.sleep(600)";
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_program_that_closes_its_channel_still_ends_at_its_deadline() {
     let ptc = Ptc::start(&config(&[], "  timeout_seconds: 3\n  pool_size: 0\n")).await;
     let run = execute_within(&ptc, CLOSE_CHANNEL_AND_SLEEP, Duration::from_secs(90)).await;
@@ -67,7 +67,7 @@ async fn a_program_that_closes_its_channel_still_ends_at_its_deadline() {
     ptc.execute("print('still usable')").await.expect_ok();
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_program_that_closes_its_channel_still_stops_when_the_client_cancels() {
     let tmp = tempfile::tempdir().unwrap();
     let tmp_path = tmp.path().to_str().unwrap().to_string();
@@ -80,7 +80,7 @@ async fn a_program_that_closes_its_channel_still_stops_when_the_client_cancels()
     ptc.execute("print('still usable')").await.expect_ok();
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_result_the_program_cannot_decode_fails_that_call_at_once_with_a_tool_error() {
     let ptc = ptc_with_mock("  tool_call_timeout_seconds: 600\n  timeout_seconds: 600\n").await;
     // A text block of digits is JSON (a number) past Python's integer-digit limit.
@@ -97,7 +97,7 @@ async fn a_result_the_program_cannot_decode_fails_that_call_at_once_with_a_tool_
     assert_eq!(second, "fine\n");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_huge_error_message_is_cut_to_max_output_bytes_keeping_its_head_and_tail() {
     let ptc = Ptc::start(&config(&[], "  max_output_bytes: 65536\n")).await;
     let run = ptc.execute("print('before')\nraise ValueError('x' * (50 << 20) + 'END')").await;
@@ -110,7 +110,7 @@ async fn a_huge_error_message_is_cut_to_max_output_bytes_keeping_its_head_and_ta
     assert!(structured_bytes <= 65536 + 40 * 1024, "structured content of {structured_bytes} bytes");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn forged_calls_with_huge_tool_names_cannot_grow_the_reply() {
     let ptc = ptc_with_mock("  max_output_bytes: 65536\n").await;
     // Ten forged calls whose tool names are 16 MiB each, written straight to the channel's fd.
@@ -131,7 +131,7 @@ time.sleep(1)"#;
     ptc.execute("print('still usable')").await.expect_ok();
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_flood_of_forged_call_lines_keeps_the_server_memory_bounded() {
     let ptc = ptc_with_mock("  max_tool_calls: 100\n  timeout_seconds: 15\n").await;
     let server = ptc.child.id().expect("the server runs") as i32;
@@ -155,7 +155,7 @@ print("flooded")"#;
     ptc.execute("print('still usable')").await.expect_ok();
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn arguments_larger_than_max_tool_result_bytes_fail_the_call_before_it_is_sent() {
     let ptc = ptc_with_mock("  max_tool_result_bytes: 100000\n").await;
     let code = "try:\n    await mcp__mock__echo(blob='x' * 200000)\nexcept ToolError as e:\n    print('ToolError:', e)\n\

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::common::*;
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_bad_config_exits_with_status_2_and_one_line_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.yaml");
@@ -18,7 +18,7 @@ async fn a_bad_config_exits_with_status_2_and_one_line_naming_the_key() {
     assert!(stderr.contains("execution.max_tool_calls: must be at least 1"), "{stderr}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn an_unset_variable_is_a_config_error_naming_it_and_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
@@ -36,7 +36,7 @@ async fn an_unset_variable_is_a_config_error_naming_it_and_the_server() {
     assert!(stderr.contains("PTC_TEST_UNSET_VARIABLE") && stderr.contains("'api'"), "{stderr}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_config_is_found_through_the_environment_variable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("env.yaml");
@@ -51,7 +51,7 @@ async fn the_config_is_found_through_the_environment_variable() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("execution.timeout_seconds"));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn without_any_config_file_the_server_starts_with_no_tools() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(binary())
@@ -68,7 +68,7 @@ async fn without_any_config_file_the_server_starts_with_no_tools() {
     assert_eq!(text_block(&result, 0), "[]");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn help_describes_the_config_search_order() {
     let output = tokio::process::Command::new(binary()).arg("--help").output().await.unwrap();
     let help = String::from_utf8(output.stdout).unwrap();
@@ -78,7 +78,7 @@ async fn help_describes_the_config_search_order() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn initialize_is_answered_at_once_whatever_the_downstreams_do() {
     let silent = "  - name: silent\n    command: sleep\n    args: [\"1000\"]\n".to_string();
     let failing = mock_server("failing", &["--fail-start"]);
@@ -90,7 +90,7 @@ async fn initialize_is_answered_at_once_whatever_the_downstreams_do() {
     assert_eq!(names, ["list_callable_tools", "inspect_tool", "execute_program"]);
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_tool_descriptions_tell_a_model_how_to_use_them() {
     let ptc = Ptc::start(&config(&[], "")).await;
     let tools = ptc.client.peer().list_all_tools().await.unwrap();
@@ -113,7 +113,7 @@ async fn the_tool_descriptions_tell_a_model_how_to_use_them() {
     assert_eq!(inspect.input_schema["required"], json!(["tool_name"]));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn an_unknown_tool_of_ours_is_a_protocol_error() {
     let ptc = Ptc::start(&config(&[], "")).await;
     let params = rmcp::model::CallToolRequestParams::new("nope");
@@ -121,7 +121,7 @@ async fn an_unknown_tool_of_ours_is_a_protocol_error() {
     assert!(err.to_string().contains("unknown tool 'nope'"), "{err}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_example_config_runs_the_seed_scenario_against_the_demo_server() {
     let root = repo_path("");
     let ptc = Ptc::start_from_file(&root.join("config.example.yaml"), &root).await;

@@ -41,7 +41,7 @@ async fn all_gone(pid: u32, limit: Duration) -> bool {
 
 async fn docker_ptc(execution: &str) -> Option<Ptc> {
     if sandbox_under_test() != "docker" {
-        eprintln!("SKIPPED: docker container tests run under PTC_TEST_SANDBOX=docker");
+        skip("docker container tests run under PTC_TEST_SANDBOX=docker");
         return None;
     }
     let ptc = Ptc::start(&config(&[], execution)).await;
@@ -49,7 +49,7 @@ async fn docker_ptc(execution: &str) -> Option<Ptc> {
     Some(ptc)
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn no_container_is_left_after_success_error_crash_or_timeout() {
     // Without a pool, any container of this server after a run would be that run's.
     let Some(ptc) = docker_ptc("  timeout_seconds: 3\n  pool_size: 0\n").await else { return };
@@ -72,7 +72,7 @@ async fn no_container_is_left_after_success_error_crash_or_timeout() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn no_container_is_left_when_the_server_is_killed_mid_run() {
     // With a pool, the ready runners' containers must go too.
     let Some(mut ptc) = docker_ptc("  pool_size: 2\n").await else { return };
@@ -92,7 +92,7 @@ async fn no_container_is_left_when_the_server_is_killed_mid_run() {
     );
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn no_container_is_left_when_the_server_is_stopped_mid_run() {
     let Some(ptc) = docker_ptc("  pool_size: 2\n").await else { return };
     let pid = ptc.child.id().unwrap();
@@ -138,7 +138,7 @@ async fn wait_for_containers(pid: u32, count: usize) -> bool {
     false
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn no_container_is_left_when_the_server_is_stopped_while_a_container_is_being_created() {
     let Some(ptc) = docker_ptc("  pool_size: 0\n").await else { return };
     let run = start_a_run(&ptc, "print('never seen')");

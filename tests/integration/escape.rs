@@ -15,7 +15,7 @@
 //! PTC_TEST_SANDBOX=landlock PTC_REQUIRE_BACKENDS=landlock ...      # CI: fail instead of skipping
 //! ```
 //!
-//! Add `-- --nocapture` to see every verdict. Under a real sandbox (anything but `none`) every attempt must be
+//! Every verdict is printed as it comes (the harness never captures output). Under a real sandbox (anything but `none`) every attempt must be
 //! BLOCKED. `none` has no OS isolation, so each attempt records what `none` does today ([`UnderNone`]): most
 //! escape, a few are stopped by its rlimits, and some escape only because the tests run as root (capabilities,
 //! `CAP_SYS_PTRACE` over the non-dumpable server). A change either way fails the test, so this list stays the
@@ -28,8 +28,6 @@
 //! when they succeed: they undo what they did (remove created files, unmount, set metadata to its current value,
 //! use signal 0, attach to the server as a tracer without stopping it), and after each one the server must still
 //! run a program.
-
-use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -224,7 +222,7 @@ fn verdict(run: &Run) -> Option<(Outcome, String)> {
         "BLOCKED" => Some((Outcome::Blocked, detail.to_string())),
         "ESCAPED" => Some((Outcome::Escaped, detail.to_string())),
         _ => {
-            eprintln!("SKIPPED: {detail}");
+            skip(detail);
             None
         }
     }
@@ -247,7 +245,7 @@ fn running_as_root() -> bool {
 macro_rules! escape_attempt {
     ($(#[$doc:meta])* $name:ident, under none: $none:ident, $code:expr) => {
         $(#[$doc])*
-        #[tokio::test]
+        #[apply(integration_test!)]
         async fn $name() {
             attempt(stringify!($name), UnderNone::$none, $code).await;
         }
@@ -722,7 +720,7 @@ probe(no_new_privs, strict=True)
 /// server holds, a directory, a socket) would be a way out. To be sure there is something to leak, the test plants
 /// one: the server inherits a directory fd (a temp dir with a file in it) without close-on-exec, as from a careless MCP
 /// client. Every backend closes everything but stdio before the interpreter starts, `none` included.
-#[tokio::test]
+#[apply(integration_test!)]
 async fn no_fds_are_inherited_beyond_the_runners_own() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("server-secret.txt"), "hunter2").unwrap();
@@ -810,21 +808,21 @@ escape_attempt!(
     &format!("{FILL_SCRATCH}probe(fill_scratch, 32)")
 );
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn an_output_flood_is_cut_at_max_output_bytes_and_the_server_stays_usable() {
     let ptc = Ptc::start(&config(&[], EXECUTION)).await;
     let Some(()) = require_backend(&ptc).await else { return };
     // About 25 MB through print and 25 MB straight into fd 1.
     let code = "import os, sys\nline = 'x' * 999 + '\\n'\nfor _ in range(25_000):\n    sys.stdout.write(line)\n\
                 block = line.encode() * 64\nfor _ in range(400):\n    os.write(1, block)\nprint('end')";
-    let started = Instant::now();
     let run = ptc.execute(code).await;
-    assert!(started.elapsed() < Duration::from_secs(20), "the flood took {:?}", started.elapsed());
     run.expect_ok();
     let output = run.structured()["output"].as_str().unwrap().to_string();
-    let Some((kept, marker)) = output.split_once("\n[output truncated") else { panic!("no marker: {}", run.text()) };
-    assert!(kept.len() <= 65536, "kept {} bytes", kept.len());
+    let Some((head, rest)) = output.split_once("[output truncated: ") else { panic!("no marker: {}", run.text()) };
+    let (marker, tail) = rest.split_once('\n').unwrap();
+    assert!(head.len() + tail.len() <= 65536, "kept {} bytes", head.len() + tail.len());
     assert!(marker.len() < 300 && marker.contains("max_output_bytes (65536)"), "{marker}");
+    assert!(tail.ends_with("end\n"), "the last line survives the flood");
     assert_eq!(ptc.execute("print('still here')").await.expect_ok(), "[Script executed successfully]\nstill here");
 }
 
@@ -846,7 +844,7 @@ macro_rules! still_works {
         still_works!(@test $name, true, $code, $expected);
     };
     (@test $name:ident, $mock:expr, $code:expr, $expected:expr) => {
-        #[tokio::test]
+        #[apply(integration_test!)]
         async fn $name() {
             works($mock, $code, $expected).await;
         }
@@ -960,7 +958,7 @@ print(re.findall(r'\d+', 'a1b22c333'))
     "{\"a\": \"é\", \"b\": [1, 2.5, null]}\n0.3\n['1', '22', '333']"
 );
 
-still_works!(tool_calls_still_work, with mock, "print(await mcp__mock__echo(x=1))", "{'x': 1}\n[tool calls: 1; 0.0s]");
+still_works!(tool_calls_still_work, with mock, "print(await mcp__mock__echo(x=1))", "{'x': 1}\n[tool calls: 1; Ts]");
 
 still_works!(
     clocks_still_work,

@@ -11,7 +11,7 @@ async fn ptc_with_mock(execution: &str) -> Ptc {
     Ptc::start(&config(&[mock_server("mock", &[])], execution)).await
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn printed_output_comes_back_with_the_success_line() {
     let ptc = Ptc::start(&config(&[], "")).await;
     assert_eq!(
@@ -21,7 +21,7 @@ async fn printed_output_comes_back_with_the_success_line() {
     assert_eq!(ptc.execute("x = 1").await.expect_ok(), "[Script executed successfully]\n(no output)");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn emit_returns_a_structured_result_and_the_last_one_wins() {
     let ptc = Ptc::start(&config(&[], "")).await;
     let run = ptc.execute("print('hi')\nemit({'a': 1})\nemit([1, 2])").await;
@@ -32,7 +32,7 @@ async fn emit_returns_a_structured_result_and_the_last_one_wins() {
     );
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_traceback_shows_only_program_frames_with_program_line_numbers() {
     let ptc = Ptc::start(&config(&[], "")).await;
     let run = ptc.execute("print('start')\ndef f(x):\n    return 1 / x\nf(0)").await;
@@ -47,7 +47,7 @@ async fn a_traceback_shows_only_program_frames_with_program_line_numbers() {
     assert_eq!(run.structured()["output"], json!("start\n"));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_syntax_error_points_at_the_program_line() {
     let ptc = Ptc::start(&config(&[], "")).await;
     let text = ptc.execute("x = 1\nif x\n  print(x)").await.expect_error();
@@ -55,7 +55,7 @@ async fn a_syntax_error_points_at_the_program_line() {
     assert!(!text.contains("runner"), "{text}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_run_that_times_out_keeps_its_output_and_says_which_calls_were_cancelled() {
     let ptc = ptc_with_mock("  timeout_seconds: 2\n").await;
     let started = Instant::now();
@@ -63,7 +63,8 @@ async fn a_run_that_times_out_keeps_its_output_and_says_which_calls_were_cancell
         .execute("print('before')\nimport asyncio\nawait asyncio.gather(mcp__mock__echo(x=1), mcp__mock__hang())")
         .await;
     let text = run.expect_error();
-    assert!(started.elapsed() < Duration::from_secs(6), "took {:?}", started.elapsed());
+    // The hanging call's own limit (tool_call_timeout_seconds) is 60 s: the run must not wait for it.
+    assert!(started.elapsed() < Duration::from_secs(40), "took {:?}", started.elapsed());
     assert!(text.starts_with("[Script execution failed]\nTimeoutError: Execution exceeded 2s limit"), "{text}");
     assert!(text.contains("--- output before the error ---\nbefore"), "{text}");
     assert!(text.contains("[tool calls: 2, 1 failed; "), "{text}");
@@ -73,16 +74,15 @@ async fn a_run_that_times_out_keeps_its_output_and_says_which_calls_were_cancell
     assert_eq!(calls[1]["cancelled"], json!(true));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn cpu_bound_code_is_killed_at_the_deadline() {
     let ptc = Ptc::start(&config(&[], "  timeout_seconds: 1\n")).await;
-    let started = Instant::now();
     let text = ptc.execute("print('spinning', flush=True)\nwhile True:\n    pass").await.expect_error();
-    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    // Killed by the server at the deadline, not by the CPU-time limit behind it (which says SIGXCPU).
     assert!(text.contains("TimeoutError: Execution exceeded 1s limit") && text.contains("spinning"), "{text}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn output_over_max_output_bytes_keeps_its_head_and_tail_around_one_marker_line() {
     let ptc = Ptc::start(&config(&[], "  max_output_bytes: 100\n")).await;
     let run = ptc.execute("for i in range(1000):\n    print('line', i)\nprint('summary: done')").await;
@@ -97,27 +97,27 @@ async fn output_over_max_output_bytes_keeps_its_head_and_tail_around_one_marker_
     assert!(marker.contains("max_output_bytes (100)"), "{marker}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn tool_results_are_parsed_json_and_tool_errors_can_be_caught() {
     let ptc = ptc_with_mock("").await;
     let code = "r = await mcp__mock__add(a=2, b=3)\nprint(r['sum'])\ntry:\n    await mcp__mock__fail()\n\
                 except ToolError as e:\n    print('caught:', e)\nprint(await mcp__mock__get_item(id='x'))";
     let text = ptc.execute(code).await.expect_ok();
     assert_eq!(
-        text,
+        without_call_time(&text),
         "[Script executed successfully]\n5\ncaught: 'mcp__mock__fail' returned an error: something broke\n{'id': 'x'}\n\
-         [tool calls: 3, 1 failed; 0.0s]\n  failed: mcp__mock__fail: 'mcp__mock__fail' returned an error: something broke"
+         [tool calls: 3, 1 failed; Ts]\n  failed: mcp__mock__fail: 'mcp__mock__fail' returned an error: something broke"
     );
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn positional_arguments_are_a_type_error_naming_the_tool() {
     let ptc = ptc_with_mock("").await;
     let text = ptc.execute("await mcp__mock__echo(1)").await.expect_error();
     assert!(text.contains("TypeError: mcp__mock__echo() takes keyword arguments only"), "{text}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_tool_call_budget_is_enforced_by_the_server() {
     let ptc = ptc_with_mock("  max_tool_calls: 3\n").await;
     let code = "for i in range(5):\n    try:\n        await mcp__mock__echo(i=i)\n    except ToolError as e:\n        print(i, e)";
@@ -130,17 +130,18 @@ async fn the_tool_call_budget_is_enforced_by_the_server() {
     assert_eq!(run.structured()["tool_calls_not_listed"], json!(2));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn concurrent_calls_are_capped_at_max_concurrent_calls() {
     let ptc = ptc_with_mock("  max_concurrent_calls: 2\n").await;
-    let code = "import asyncio, time\nt = time.monotonic()\nawait asyncio.gather(*[mcp__mock__sleep(seconds=0.4) for _ in range(4)])\n\
-                print(round(time.monotonic() - t, 1))";
+    // The mock reports when each call ran; the most that overlapped at once is what counts, not how long
+    // the whole took.
+    let code = "import asyncio\nruns = await asyncio.gather(*[mcp__mock__sleep(seconds=1) for _ in range(6)])\n\
+                print(max(sum(r['started'] <= s['started'] < r['ended'] for r in runs) for s in runs))";
     let text = ptc.execute(code).await.expect_ok();
-    let took: f64 = text.lines().nth(1).unwrap().parse().unwrap();
-    assert!((0.8..1.5).contains(&took), "4 calls of 0.4s two at a time took {took}s");
+    assert_eq!(without_call_time(&text), "[Script executed successfully]\n2\n[tool calls: 6; Ts]");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_hanging_tool_times_out_and_the_server_stays_usable() {
     let ptc = ptc_with_mock("  tool_call_timeout_seconds: 1\n").await;
     let code = "try:\n    await mcp__mock__hang()\nexcept ToolError as e:\n    print(e)\nprint(await mcp__mock__echo(after=1))";
@@ -149,7 +150,7 @@ async fn a_hanging_tool_times_out_and_the_server_stays_usable() {
     assert!(text.contains("{'after': 1}"), "{text}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn helpers_work_inside_programs_with_or_without_await_and_are_not_counted() {
     let ptc = ptc_with_mock("  max_tool_calls: 1\n").await;
     let code = "names = list_callable_tools()\nprint('mcp__mock__echo' in names)\n\
@@ -159,13 +160,13 @@ async fn helpers_work_inside_programs_with_or_without_await_and_are_not_counted(
     let text = run.expect_ok();
     assert_eq!(
         text,
-        "[Script executed successfully]\nTrue\n['sum']\n{'mock': {'connected': True, 'tools': 21, 'error': None}}\n\
+        "[Script executed successfully]\nTrue\n['sum']\n{'mock': {'connected': True, 'tools': 22, 'error': None}}\n\
          [Tool not found] 'mcp__mock__nope' is not a callable tool; list_callable_tools gives the exact names"
     );
     assert_eq!(run.structured()["tool_calls"], json!([]));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_program_environment_is_empty_and_secrets_never_reach_it() {
     let ptc = Ptc::start_with_env(&config(&[], ""), &[("PTC_TEST_SECRET", "hunter2")]).await;
     // LC_CTYPE is Python's own locale coercion (PEP 538), not something the server passes on.
@@ -174,7 +175,7 @@ async fn the_program_environment_is_empty_and_secrets_never_reach_it() {
     assert_eq!(text, "[Script executed successfully]\n['HOME', 'TMPDIR']\n[]");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_working_directory_is_a_fresh_scratch_dir_removed_afterwards() {
     let ptc = Ptc::start(&config(&[], "")).await;
     let code = "import os\nopen('f.txt', 'w').write('x')\nprint(os.getcwd())\nprint(os.listdir('.'))\n\
@@ -201,7 +202,7 @@ async fn the_working_directory_is_a_fresh_scratch_dir_removed_afterwards() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn resource_limits_are_applied() {
     let ptc = Ptc::start(&config(&[], "  limits:\n    memory_mb: 512\n    open_files: 64\n")).await;
     let code = "import resource as r\nfor name in ['RLIMIT_AS', 'RLIMIT_NOFILE', 'RLIMIT_CORE', 'RLIMIT_FSIZE']:\n    print(name, r.getrlimit(getattr(r, name))[0])";
@@ -212,7 +213,7 @@ async fn resource_limits_are_applied() {
     );
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn nothing_the_program_started_survives_the_run() {
     let ptc = Ptc::start(&config(&[], "")).await;
     let code = "import subprocess\ntry:\n    print(subprocess.Popen(['/bin/sleep', '1000']).pid)\nexcept OSError as e:\n    print('blocked:', e)";
@@ -226,7 +227,7 @@ async fn nothing_the_program_started_survives_the_run() {
     assert!(!is_running(pid), "the program's child {pid} survived the run");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn print_and_fd_writes_never_corrupt_the_channel() {
     let ptc = ptc_with_mock("").await;
     let code = r#"import os, sys, asyncio
@@ -251,7 +252,7 @@ print(await mcp__mock__echo(ok=True))"#;
     assert_eq!(run.structured()["tool_calls"].as_array().unwrap().len(), 1);
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn forged_lines_on_the_channel_fd_spoil_only_that_run() {
     let ptc = ptc_with_mock("  max_tool_calls: 2\n").await;
     // The program finds the channel's fd and writes straight to it: a garbage line, then forged calls.
@@ -283,12 +284,12 @@ await asyncio.sleep(0.5)"#;
     assert_eq!(second.structured()["tool_calls_not_listed"], json!(3), "{}", second.text());
     // The server and later runs are unaffected.
     assert_eq!(
-        ptc.execute("print(await mcp__mock__echo(n=1))").await.expect_ok(),
-        "[Script executed successfully]\n{'n': 1}\n[tool calls: 1; 0.0s]"
+        without_call_time(&ptc.execute("print(await mcp__mock__echo(n=1))").await.expect_ok()),
+        "[Script executed successfully]\n{'n': 1}\n[tool calls: 1; Ts]"
     );
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn an_unavailable_sandbox_refuses_runs_with_the_reason_and_the_fix() {
     let ptc = Ptc::start("execution:\n  sandbox: seatbelt\n").await;
     let run = ptc.execute("print(1)").await;
@@ -304,7 +305,7 @@ async fn an_unavailable_sandbox_refuses_runs_with_the_reason_and_the_fix() {
     assert!(names.is_empty(), "discovery still works");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_crashing_interpreter_is_reported_with_its_output_so_far() {
     let ptc = Ptc::start(&config(&[], "")).await;
     // A real segmentation fault (a read of address 0), not a signal the program sends itself: in a container

@@ -1,6 +1,9 @@
 //! Integration tests: the built `ptc-mcp` binary driven over stdio as an MCP client would, against real
 //! downstream servers (our mock fault-injection servers and third-party ones).
 
+#[macro_use]
+mod harness;
+
 mod common;
 
 mod channel;
@@ -12,3 +15,7 @@ mod pool;
 mod registry;
 mod thirdparty;
 mod transports;
+
+fn main() {
+    harness::main()
+}

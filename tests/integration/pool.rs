@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::common::*;
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn pooled_runs_each_get_a_fresh_interpreter_and_scratch_dir() {
     let ptc = Ptc::start(&config(&[], "  pool_size: 2\n")).await;
     // pid:string-hash names the interpreter on the host and in a container (where every runner is pid 1): string
@@ -24,7 +24,7 @@ async fn pooled_runs_each_get_a_fresh_interpreter_and_scratch_dir() {
     assert_eq!(pids.len(), 4, "every run had its own process");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn no_runner_or_scratch_dir_survives_200_runs_and_the_server() {
     let tmp = tempfile::tempdir().unwrap();
     let tmp_path = tmp.path().to_str().unwrap().to_string();
@@ -61,7 +61,7 @@ async fn ptc_in(tmp: &tempfile::TempDir, execution: &str) -> Ptc {
     Ptc::start_with_env(&config(&[], execution), &[("TMPDIR", &tmp_path)]).await
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn nothing_is_left_when_the_client_closes_right_after_a_result() {
     for session in 0..10 {
         let tmp = tempfile::tempdir().unwrap();
@@ -75,7 +75,7 @@ async fn nothing_is_left_when_the_client_closes_right_after_a_result() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_run_in_flight_is_stopped_and_nothing_is_left_on_sigterm_or_sigint() {
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let tmp = tempfile::tempdir().unwrap();
@@ -107,10 +107,10 @@ async fn a_run_in_flight_is_stopped_and_nothing_is_left_on_sigterm_or_sigint() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_ready_runner_that_died_is_replaced_not_handed_out() {
     if sandbox_under_test() == "docker" {
-        eprintln!("SKIPPED: under docker a ready runner is a container, not a process of this machine to kill");
+        skip("under docker a ready runner is a container, not a process of this machine to kill");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

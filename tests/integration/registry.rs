@@ -11,7 +11,7 @@ async fn ptc_with(flags: &[&str], execution: &str) -> Ptc {
     Ptc::start(&config(&[mock_server("mock", flags)], execution)).await
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn every_result_shape_reaches_the_program_as_the_spec_says() {
     let ptc = ptc_with(&[], "  max_tool_result_bytes: 1000\n").await;
     let cases = [
@@ -52,7 +52,7 @@ async fn every_result_shape_reaches_the_program_as_the_spec_says() {
     );
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_large_result_arrives_whole() {
     let ptc = ptc_with(&[], "").await;
     let run = ptc.execute("r = await mcp__mock__huge(size=8_000_000)\nprint(len(r['data']))").await;
@@ -60,7 +60,7 @@ async fn a_large_result_arrives_whole() {
     assert_eq!(run.structured()["output"], json!("8000000\n"));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn names_map_to_identifiers_and_collisions_are_reported_not_overwritten() {
     let ptc = ptc_with(&["--collide"], "").await;
     let (names, problems) = ptc.list_callable_tools().await;
@@ -74,7 +74,7 @@ async fn names_map_to_identifiers_and_collisions_are_reported_not_overwritten() 
     assert_eq!(ptc.outcome("mcp__mock__get_item(id='7')").await, "{'id': '7'}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn paginated_tool_lists_are_followed_to_the_end() {
     let ptc = ptc_with(&["--page-size", "3", "--extra-tools", "5"], "").await;
     let (names, _) = ptc.list_callable_tools().await;
@@ -85,7 +85,7 @@ async fn paginated_tool_lists_are_followed_to_the_end() {
     assert_eq!(names, sorted, "names are sorted");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn inspect_tool_shows_the_schema_and_a_note_only_without_output_schema() {
     let ptc = ptc_with(&[], "").await;
     let result = ptc.call("inspect_tool", json!({"tool_name": "mcp__mock__add"})).await;
@@ -102,7 +102,7 @@ async fn inspect_tool_shows_the_schema_and_a_note_only_without_output_schema() {
     assert!(text_block(&missing, 0).starts_with("[Tool not found] 'mcp__mock__nope'"));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn allow_and_block_globs_filter_namespaced_names() {
     let allow = Ptc::start(
         &config(&[mock_server("mock", &[])], "")
@@ -124,7 +124,7 @@ async fn allow_and_block_globs_filter_namespaced_names() {
     );
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_server_that_never_starts_is_named_with_its_reason_and_others_still_work() {
     let ptc = Ptc::start(&config(&[mock_server("broken", &["--fail-start"]), mock_server("good", &[])], "")).await;
     let (names, problems) = ptc.list_callable_tools().await;
@@ -136,7 +136,7 @@ async fn a_server_that_never_starts_is_named_with_its_reason_and_others_still_wo
     assert!(status.contains("\nFalse"), "{status}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_crashed_server_is_reconnected_and_its_tools_come_back() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("starts");
@@ -161,7 +161,7 @@ async fn a_crashed_server_is_reconnected_and_its_tools_come_back() {
     assert_eq!(std::fs::read_to_string(&state).unwrap().lines().count(), 2);
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn errors_timeouts_and_bad_data_from_a_healthy_server_never_trigger_a_reconnect() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("starts");
@@ -180,7 +180,7 @@ async fn errors_timeouts_and_bad_data_from_a_healthy_server_never_trigger_a_reco
     assert_eq!(std::fs::read_to_string(&state).unwrap().lines().count(), 1, "the server was started once");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_tools_list_changed_notification_relists_that_server() {
     let ptc = ptc_with(&[], "").await;
     assert_eq!(ptc.outcome("mcp__mock__add_tool()").await, "'added dynamic_1'");
@@ -190,7 +190,7 @@ async fn a_tools_list_changed_notification_relists_that_server() {
     assert_eq!(ptc.outcome("mcp__mock__dynamic_1()").await, "'dynamic'");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_downstream_gets_only_its_configured_env_and_a_minimal_safe_set() {
     let entry = mock_server("mock", &[]) + "    env:\n      API_KEY: ${PTC_TEST_API_KEY}\n";
     let ptc =

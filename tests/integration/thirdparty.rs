@@ -31,7 +31,7 @@ async fn sdk_client(protocol: &str, config_text: &str, code: &str) -> Option<Val
     Some(serde_json::from_str(&stdout).unwrap())
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_official_python_sdk_works_as_a_2025_era_client() {
     for version in ["2024-11-05", "2025-06-18", "2025-11-25"] {
         let Some(report) =
@@ -48,7 +48,7 @@ async fn the_official_python_sdk_works_as_a_2025_era_client() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_official_python_sdk_works_as_a_2026_era_client() {
     let Some(report) = sdk_client("2026-07-28", &config(&[], ""), "print(1)").await else {
         return;
@@ -59,7 +59,7 @@ async fn the_official_python_sdk_works_as_a_2026_era_client() {
     assert_eq!(report["execute"]["text"], json!("[Script executed successfully]\n1"));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_program_uses_the_npm_memory_server() {
     let Some(server) = required_path("third-party-servers", "PTC_TEST_MEMORY_SERVER") else {
         return;
@@ -80,7 +80,7 @@ async fn a_program_uses_the_npm_memory_server() {
     );
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_program_uses_the_pypi_time_server_which_speaks_the_2026_protocol() {
     let Some(server) = required_path("third-party-servers", "PTC_TEST_TIME_SERVER") else {
         return;

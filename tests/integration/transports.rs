@@ -146,7 +146,7 @@ async fn assert_shapes(ptc: &Ptc, server: &str) {
     assert_eq!(ptc.outcomes(&calls).await, expected, "server {server}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn streamable_http_with_json_sse_framed_and_session_responses_works_like_stdio() {
     let json = Fault::start(&[]).await;
     let framed = Fault::start(&["--response", "sse"]).await;
@@ -166,7 +166,7 @@ async fn streamable_http_with_json_sse_framed_and_session_responses_works_like_s
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_legacy_sse_transport_works_in_every_endpoint_style() {
     let ts = Fault::start(&["--legacy-sse", "--endpoint-style", "ts"]).await;
     let python = Fault::start(&["--legacy-sse", "--endpoint-style", "python"]).await;
@@ -188,7 +188,7 @@ async fn the_legacy_sse_transport_works_in_every_endpoint_style() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_connection_dropped_mid_call_is_lost_and_the_server_is_reconnected() {
     let json = Fault::start(&[]).await;
     let framed = Fault::start(&["--response", "sse"]).await;
@@ -218,7 +218,7 @@ async fn a_connection_dropped_mid_call_is_lost_and_the_server_is_reconnected() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn an_http_500_is_a_lost_connection_but_a_json_rpc_error_sent_with_500_is_not() {
     let fault = Fault::start(&[]).await;
     let ptc = Ptc::start(&config(&[fault.entry("f", &[])], "")).await;
@@ -235,7 +235,7 @@ async fn an_http_500_is_a_lost_connection_but_a_json_rpc_error_sent_with_500_is_
     assert_eq!(fault.count("initialize"), 2, "the bare 500 made it reconnect");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn errors_bad_data_timeouts_and_slow_answers_from_a_live_server_never_reconnect() {
     let http = Fault::start(&[]).await;
     let legacy = Fault::start(&["--legacy-sse"]).await;
@@ -255,7 +255,7 @@ async fn errors_bad_data_timeouts_and_slow_answers_from_a_live_server_never_reco
     assert_eq!((http.count("initialize"), legacy.count("stream"), slow.count("initialize")), (1, 1, 1));
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_server_that_goes_away_is_hidden_and_comes_back_on_the_same_port() {
     for flags in [&[][..], &["--legacy-sse"][..]] {
         let mut fault = Fault::start(flags).await;
@@ -281,7 +281,7 @@ async fn a_server_that_goes_away_is_hidden_and_comes_back_on_the_same_port() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn a_server_answering_5xx_is_named_with_the_status_and_logged_once() {
     let http = Fault::start(&["--fail", "500"]).await;
     let legacy = Fault::start(&["--legacy-sse", "--fail", "503"]).await;
@@ -307,7 +307,7 @@ async fn a_server_answering_5xx_is_named_with_the_status_and_logged_once() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn configured_headers_are_sent_expanded_and_never_logged() {
     let http = Fault::start(&["--auth", "tok-s3cret"]).await;
     let legacy = Fault::start(&["--legacy-sse", "--auth", "tok-s3cret"]).await;
@@ -323,7 +323,7 @@ async fn configured_headers_are_sent_expanded_and_never_logged() {
     assert!(!log.contains("s3cret"), "a header value reached the log:\n{log}");
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn rejected_credentials_are_said_plainly_and_retried_at_the_capped_interval() {
     let challenged = Fault::start(&["--auth", "right"]).await;
     let forbidden = Fault::start(&["--auth", "right", "--auth-status", "403"]).await;
@@ -353,7 +353,7 @@ async fn rejected_credentials_are_said_plainly_and_retried_at_the_capped_interva
 
 // --- third-party servers --------------------------------------------------------------------------
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn npm_server_everything_over_streamable_http_and_legacy_sse() {
     let Some(everything) = required_path("third-party-servers", "PTC_TEST_EVERYTHING_SERVER") else {
         return;
@@ -377,7 +377,7 @@ async fn npm_server_everything_over_streamable_http_and_legacy_sse() {
     }
 }
 
-#[tokio::test]
+#[apply(integration_test!)]
 async fn the_python_sdk_as_a_stateless_json_http_server_and_as_a_legacy_sse_server() {
     let Some(python) = required_path("python-sdk", "PTC_TEST_SDK_PYTHON") else {
         return;

@@ -129,8 +129,9 @@ def register_tools(server):
           {"type": "object", "properties": {"seconds": {"type": "number", "minimum": 0}},
            "required": ["seconds"]})
     def sleep(args):
+        started = time.monotonic()
         time.sleep(args["seconds"])
-        return result(json_text({"slept": args["seconds"]}))
+        return result(json_text({"slept": args["seconds"], "started": started, "ended": time.monotonic()}))
 
     @tool("hang", "Never answer.", NO_ARGS)
     def hang(args):

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+pub use macro_rules_attribute::apply;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};
@@ -217,6 +218,22 @@ impl Run {
     }
 }
 
+/// `text` with the trace summary's time (`; 0.3s]`) replaced by `; Ts]`: how long calls took is for benchmarks,
+/// not for tests on a machine that may be busy.
+pub fn without_call_time(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[tool calls: ") {
+        let Some(end) = rest[start..].find("s]").map(|i| start + i) else { break };
+        let Some(time) = rest[start..end].rfind("; ").map(|i| start + i + 2) else { break };
+        out.push_str(&rest[..time]);
+        out.push('T');
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 pub fn text_block(result: &CallToolResult, index: usize) -> String {
     result.content.get(index).and_then(|b| b.as_text()).map(|t| t.text.clone()).unwrap_or_default()
 }
@@ -239,14 +256,21 @@ pub fn required_path(name: &str, var: &str) -> Option<String> {
     found.ok()
 }
 
-/// Prints why a test is skipped and returns `None`, or fails the test if `variable` lists `name`.
+/// Marks the test skipped (reported as ignored, with why) and returns `None`, or fails the test if
+/// `variable` lists `name`.
 fn skip_unless_required(variable: &str, name: &str, why: &str) -> Option<()> {
     let required = std::env::var(variable).unwrap_or_default();
     if required.split(',').any(|r| r.trim() == name) {
         panic!("{name} is required ({variable}) but unavailable: {why}");
     }
-    eprintln!("SKIPPED: needs {name}: {why}");
+    skip(&format!("needs {name}: {why}"));
     None
+}
+
+/// Marks the running test as skipped for `reason` (reported as ignored, with the reason); the test then
+/// returns.
+pub fn skip(reason: &str) {
+    crate::harness::skip(reason);
 }
 
 /// Whether a process exists and is not a zombie (this machine's init may leave zombies unreaped).
