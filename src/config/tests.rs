@@ -76,6 +76,15 @@ fn an_empty_document_gives_the_seed_defaults() {
 }
 
 #[test]
+fn a_server_may_take_60_seconds_to_start_unless_configured_otherwise() {
+    let config =
+        parse("servers:\n  - name: a\n    command: c\n  - name: b\n    command: c\n    connect_timeout_seconds: 2.5\n");
+    let servers = config.unwrap().servers;
+    assert_eq!(servers[0].connect_timeout(), Duration::from_secs(60));
+    assert_eq!(servers[1].connect_timeout(), Duration::from_millis(2500));
+}
+
+#[test]
 fn docker_keys_parse_and_override_the_limits_they_default_from() {
     let text = "execution:\n  sandbox: docker\n  docker:\n    image: ptc-mcp-runner:local\n    host: tcp://10.0.0.5:2375\n    \
                 memory_mb: 512\n    pids: 32\n    cpus: 1.5\n    scratch_mb: 64\n";
@@ -117,6 +126,18 @@ fn errors_name_the_key_and_what_is_expected() {
         ),
         ("servers:\n  - name: a\n    command: c\n    colour: red\n", "servers[0].colour: unknown field `colour`"),
         ("servers:\n  - name: ''\n    command: c\n", "servers[0].name: must not be empty"),
+        (
+            "servers:\n  - name: a\n    command: c\n    connect_timeout_seconds: 0\n",
+            "servers[0] ('a').connect_timeout_seconds: must be a number of seconds above 0 and at most 86400, got 0",
+        ),
+        (
+            "servers:\n  - name: a\n    command: c\n    connect_timeout_seconds: 1e9\n",
+            "servers[0] ('a').connect_timeout_seconds: must be a number of seconds above 0 and at most 86400",
+        ),
+        (
+            "servers:\n  - name: a\n    command: c\n    connect_timeout_seconds: soon\n",
+            "servers[0].connect_timeout_seconds: invalid type",
+        ),
         ("tools:\n  allow: ['a']\n  block: ['b']\n", "tools: 'allow' and 'block' are mutually exclusive"),
         ("tools:\n  allow: ['a[']\n", "tools.allow[0]: bad glob 'a['"),
         ("bogus: 1\n", "bogus: unknown field `bogus`"),
