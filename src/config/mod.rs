@@ -158,7 +158,7 @@ impl Default for ExecutionConfig {
             max_concurrent_calls: 8,
             tool_call_timeout_seconds: 60.0,
             trace: TraceMode::Summary,
-            max_tool_result_bytes: 16 * 1024 * 1024,
+            max_tool_result_bytes: 64 * 1024 * 1024,
             limits: Limits::default(),
             pool_size: 2,
             docker: DockerSettings::default(),

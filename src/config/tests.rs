@@ -66,7 +66,7 @@ fn an_empty_document_gives_the_seed_defaults() {
         assert_eq!(e.max_concurrent_calls, 8);
         assert_eq!(e.tool_call_timeout_seconds, 60.0);
         assert_eq!(e.trace, TraceMode::Summary);
-        assert_eq!(e.max_tool_result_bytes, 16_777_216);
+        assert_eq!(e.max_tool_result_bytes, 67_108_864);
         assert_eq!(e.limits, Limits { memory_mb: 1024, scratch_mb: 256, open_files: 256, file_size_mb: 64 });
         assert_eq!(e.pool_size, 2);
         assert_eq!(e.docker, DockerSettings::default());

@@ -12,14 +12,16 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
 use tokio::sync::mpsc;
 
 use super::catalog::ToolEntry;
+use super::limits::Limits;
 use super::liveness::{self, Loss, Losses};
-use super::remote::Limits;
 use super::stdio::StdioProcess;
 use super::{http, sse};
 use crate::config::{ServerConfig, TransportKind};
 
 /// How long a server may take to start, shake hands and list its tools.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a process whose connection ended may take to exit, so that its exit status explains the end.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
 /// How often an idle remote session is pinged, so that a server that went away is noticed (its tools
 /// hidden) before a program calls it. Any answer, even a JSON-RPC error, means it is there.
 const HEARTBEAT: Duration = Duration::from_secs(20);
@@ -47,7 +49,7 @@ impl ClientHandler for Downstream {
 /// What carries a session, and explains its end.
 enum Link {
     /// A child process: its exit status and stderr say why it ended.
-    Process(StdioProcess),
+    Process(Box<StdioProcess>),
     /// An HTTP connection: its transport reports the first loss.
     Remote(Losses),
 }
@@ -55,7 +57,9 @@ enum Link {
 impl Link {
     async fn reason(&mut self) -> Loss {
         match self {
-            Link::Process(process) => Loss::connection(process.exit_reason().await),
+            Link::Process(process) => Loss::connection(
+                process.exit_reason(EXIT_WAIT).await.unwrap_or_else(|| "closed its output but kept running".into()),
+            ),
             Link::Remote(losses) => losses.current().unwrap_or_else(|| Loss::connection("the connection closed")),
         }
     }
@@ -82,13 +86,12 @@ pub struct Session {
 pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, Loss> {
     match config.transport {
         TransportKind::Stdio => {
-            let mut process = StdioProcess::spawn(config).map_err(Loss::connection)?;
-            let (Some(stdout), Some(stdin)) = (process.child.stdout.take(), process.child.stdin.take()) else {
-                return Err(Loss::connection("its stdio was not piped"));
-            };
-            match within(handshake(config, (stdout, stdin))).await {
-                Ok(handshake) => Ok(Session::new(config, handshake, Link::Process(process))),
-                Err(why) => Err(Loss::connection(format!("{why}; {}", process.exit_reason().await))),
+            let (mut process, transport) =
+                StdioProcess::spawn(config, limits.max_message_bytes).map_err(Loss::connection)?;
+            match within(handshake(config, transport)).await {
+                Ok(handshake) => Ok(Session::new(config, handshake, Link::Process(Box::new(process)))),
+                // A process that died says best why: its exit status and last stderr line.
+                Err(why) => Err(Loss::connection(process.exit_reason(EXIT_WAIT).await.unwrap_or(why))),
             }
         }
         TransportKind::Http | TransportKind::Sse => {

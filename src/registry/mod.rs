@@ -5,6 +5,7 @@ mod backoff;
 mod catalog;
 mod client;
 mod http;
+mod limits;
 mod liveness;
 mod remote;
 pub mod result;
@@ -48,7 +49,7 @@ struct Server {
 
 pub struct Registry {
     servers: Vec<Arc<Server>>,
-    limits: remote::Limits,
+    limits: limits::Limits,
     filter: ToolFilter,
     catalog: RwLock<Arc<Catalog>>,
     /// How many servers have finished their first connection attempt (either way).
@@ -72,7 +73,7 @@ impl Registry {
                 .iter()
                 .map(|c| Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Connecting) }))
                 .collect(),
-            limits: remote::Limits::for_results(config.execution.max_tool_result_bytes),
+            limits: limits::Limits::for_results(config.execution.max_tool_result_bytes),
             filter: config.tools.filter()?,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             settled: watch::Sender::new(0),
@@ -151,6 +152,12 @@ impl Registry {
                 return Err(format!("'{name}' timed out after {}s (tool_call_timeout_seconds)", timeout.as_secs_f64()));
             }
             Ok(Err(error)) => {
+                // An answer too long for the connection: the same words as one over the limit.
+                if let ServiceError::McpError(error) = &error
+                    && let Some(bytes) = stdio::oversized_bytes(error)
+                {
+                    return Err(result::too_large(name, bytes, max_result_bytes));
+                }
                 let loss = losses.and_then(|losses| losses.current());
                 return Err(describe_call_error(name, &entry.server, error, loss));
             }

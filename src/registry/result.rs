@@ -92,12 +92,17 @@ pub fn interpret(
 
 fn check_size(tool: &str, bytes: usize, max_bytes: usize) -> Result<(), String> {
     if bytes > max_bytes {
-        return Err(format!(
-            "'{tool}' returned {bytes} bytes, more than max_tool_result_bytes ({max_bytes}); ask it for less \
-             (filter, paginate or limit the query)"
-        ));
+        return Err(too_large(tool, bytes, max_bytes));
     }
     Ok(())
+}
+
+/// The `ToolError` message for a result of `bytes` bytes, over `max_tool_result_bytes`.
+pub fn too_large(tool: &str, bytes: usize, max_bytes: usize) -> String {
+    format!(
+        "'{tool}' returned {bytes} bytes, more than max_tool_result_bytes ({max_bytes}); ask it for less \
+         (filter, paginate or limit the query)"
+    )
 }
 
 /// A placeholder note for content a program cannot receive.
