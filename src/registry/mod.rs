@@ -10,11 +10,12 @@ mod liveness;
 mod remote;
 pub mod result;
 mod sse;
+mod start;
 mod stdio;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::ServiceError;
 use rmcp::model::CallToolRequestParams;
@@ -29,8 +30,10 @@ use liveness::{Loss, LossKind};
 
 /// The connection state of one server.
 enum ServerState {
-    /// The first attempt has not finished yet.
-    Connecting,
+    /// The first attempt has not finished yet. (Later attempts keep the reason of the last failure.)
+    Starting {
+        since: Instant,
+    },
     /// `losses` (remote transports) says why the connection was lost, for calls that fail with it.
     Up {
         peer: Peer<RoleClient>,
@@ -52,6 +55,7 @@ pub struct Registry {
     limits: limits::Limits,
     filter: ToolFilter,
     catalog: RwLock<Arc<Catalog>>,
+    started: Instant,
     /// How many servers have finished their first connection attempt (either way).
     settled: watch::Sender<usize>,
 }
@@ -67,15 +71,19 @@ pub struct ServerStatus {
 impl Registry {
     /// Creates the registry and starts connecting every configured server in the background.
     pub fn start(config: &Config) -> Result<Arc<Registry>, String> {
+        let started = Instant::now();
         let registry = Arc::new(Registry {
             servers: config
                 .servers
                 .iter()
-                .map(|c| Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Connecting) }))
+                .map(|c| {
+                    Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Starting { since: started }) })
+                })
                 .collect(),
             limits: limits::Limits::for_results(config.execution.max_tool_result_bytes),
             filter: config.tools.filter()?,
             catalog: RwLock::new(Arc::new(Catalog::default())),
+            started,
             settled: watch::Sender::new(0),
         });
         for server in &registry.servers {
@@ -99,17 +107,30 @@ impl Registry {
         }
     }
 
-    /// Waits until every server has finished its first connection attempt, at most `limit`. Lets the first
-    /// program after start-up see the tools of servers that are still starting.
+    /// Waits until every server has finished its first connection attempt, at most until `limit` after
+    /// start-up. Lets the first program after start-up see the tools of servers that are still starting;
+    /// later ones see at once which servers are still starting.
     pub async fn wait_for_first_attempts(&self, limit: Duration) {
         let total = self.servers.len();
         let mut settled = self.settled.subscribe();
-        let _ = tokio::time::timeout(limit, settled.wait_for(|n| *n >= total)).await;
+        let until = tokio::time::Instant::from_std(self.started + limit);
+        let _ = tokio::time::timeout_at(until, settled.wait_for(|n| *n >= total)).await;
     }
 
-    /// Servers that are not connected, with the reason.
-    pub fn unavailable(&self) -> Vec<(String, String)> {
-        self.statuses().into_iter().filter_map(|(name, status)| status.error.map(|reason| (name, reason))).collect()
+    /// One sentence for each server that is not connected: `server 'x' is starting (for 12s so far)` or
+    /// `server 'x' is unavailable: <reason>`.
+    pub fn unavailable(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .filter_map(|server| {
+                let name = &server.config.name;
+                match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
+                    ServerState::Up { .. } => None,
+                    ServerState::Starting { since } => Some(format!("server '{name}' is {}", starting(*since))),
+                    ServerState::Down { reason } => Some(format!("server '{name}' is unavailable: {reason}")),
+                }
+            })
+            .collect()
     }
 
     pub fn statuses(&self) -> BTreeMap<String, ServerStatus> {
@@ -117,8 +138,8 @@ impl Registry {
             .iter()
             .map(|server| {
                 let status = match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
-                    ServerState::Connecting => {
-                        ServerStatus { connected: false, tools: 0, error: Some("still connecting".into()) }
+                    ServerState::Starting { since } => {
+                        ServerStatus { connected: false, tools: 0, error: Some(starting(*since)) }
                     }
                     ServerState::Up { tools, .. } => ServerStatus { connected: true, tools: tools.len(), error: None },
                     ServerState::Down { reason } => {
@@ -171,7 +192,7 @@ impl Registry {
         match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
             ServerState::Up { peer, losses, .. } => Ok((peer.clone(), losses.clone())),
             ServerState::Down { reason } => Err(format!("server '{server_name}' is down: {reason}")),
-            ServerState::Connecting => Err(format!("server '{server_name}' is still connecting")),
+            ServerState::Starting { since } => Err(format!("server '{server_name}' is {}", starting(*since))),
         }
     }
 
@@ -207,6 +228,11 @@ impl Registry {
             tracing::warn!("{collision}");
         }
     }
+}
+
+/// `starting (for 12s so far)`.
+fn starting(since: Instant) -> String {
+    format!("starting (for {}s so far)", since.elapsed().as_secs())
 }
 
 /// The `ToolError` message for a failed call. `loss` is what the session's transport reported, if
