@@ -107,7 +107,7 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
     let backend = ptc_backends::select(config.execution.sandbox, &settings);
     let engine = Arc::new(Engine::new(backend, Arc::clone(&registry), config.execution.clone()));
     tokio::spawn(announce(Arc::clone(&engine), config, source));
-    let serving = PtcServer::new(registry, Arc::clone(&engine)).serve(rmcp::transport::stdio());
+    let serving = PtcServer::new(Arc::clone(&registry), Arc::clone(&engine)).serve(rmcp::transport::stdio());
     tokio::select! {
         served = serving => match served {
             Ok(server) => {
@@ -125,6 +125,8 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
     if tokio::time::timeout(SHUTDOWN_GRACE, engine.shutdown()).await.is_err() {
         tracing::warn!("the sandbox backend did not shut down within {}s", SHUTDOWN_GRACE.as_secs());
     }
+    // The exit below skips every destructor: downstream process groups must be gone before it.
+    registry.shutdown().await;
     0
 }
 

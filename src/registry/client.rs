@@ -1,6 +1,6 @@
 //! One MCP client session with a downstream server, whatever its transport: starting it within the server's
 //! `connect_timeout_seconds` (era probe and handshake: see [`start`]; tool listing), re-listing on
-//! `tools/list_changed`, and noticing that the connection is lost.
+//! `tools/list_changed`, noticing that the connection is lost, and closing it politely on shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ServiceError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::catalog::ToolEntry;
 use super::limits::Limits;
@@ -28,6 +29,8 @@ const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a process whose connection ended may take to exit, so that its exit status explains the end.
 const EXIT_WAIT: Duration = Duration::from_secs(1);
+/// How long a closing session may take to wind down (its transport closed: a stdio server's stdin).
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// Our side of a downstream session: it only needs to hear about tool-list changes.
 struct Downstream {
@@ -175,15 +178,32 @@ impl Session {
     /// changed (`on_relist` gets the new list). Returns why the connection was lost. Errors from a healthy
     /// server never end the session: only a lost connection does (the process or stream ended, or the
     /// transport reported a refused connection, an HTTP 5xx, a dropped stream or rejected credentials).
-    pub async fn run_until_lost(self, mut on_relist: impl FnMut(Vec<Arc<ToolEntry>>)) -> Loss {
+    ///
+    /// When `stop` is cancelled first, the session is closed politely (a process gets its stdin closed,
+    /// then SIGTERM, then SIGKILL, with its whole process group) and `None` is returned.
+    pub async fn run_until_lost(
+        self,
+        stop: &CancellationToken,
+        mut on_relist: impl FnMut(Vec<Arc<ToolEntry>>),
+    ) -> Option<Loss> {
         let Session { peer, server, running, mut list_changed, mut link, .. } = self;
         let remote = matches!(link, Link::Remote(_));
         let mut heartbeat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
+        let closing = running.cancellation_token();
         let mut waiting = std::pin::pin!(running.waiting());
         loop {
             tokio::select! {
                 _ = &mut waiting => break,
-                loss = link.lost() => return loss,
+                loss = link.lost() => return Some(loss),
+                () = stop.cancelled() => {
+                    // Ending the service closes its transport, which closes a process's stdin.
+                    closing.cancel();
+                    let _ = tokio::time::timeout(CLOSE_WAIT, &mut waiting).await;
+                    if let Link::Process(process) = &mut link {
+                        process.stop().await;
+                    }
+                    return None;
+                }
                 _ = heartbeat.tick(), if remote => {
                     // Only the transport's verdict matters (it reports a loss); the answer itself does not.
                     let peer = peer.clone();
@@ -199,6 +219,6 @@ impl Session {
                 },
             }
         }
-        link.reason().await
+        Some(link.reason().await)
     }
 }

@@ -1,5 +1,6 @@
 //! The downstream servers: each is connected and supervised in the background, its tools listed into one
-//! [`Catalog`], and calls routed to it. A server that is down only hides its own tools.
+//! [`Catalog`], and calls routed to it. A server that is down only hides its own tools. On shutdown every
+//! session is closed and every stdio server's process group is gone.
 
 mod backoff;
 mod catalog;
@@ -23,6 +24,8 @@ use rmcp::service::{Peer, RoleClient};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
 pub use catalog::{Catalog, ToolEntry};
@@ -58,7 +61,14 @@ pub struct Registry {
     started: Instant,
     /// How many servers have finished their first connection attempt (either way).
     settled: watch::Sender<usize>,
+    /// Cancelled on shutdown: the supervisors close their sessions and stop.
+    stop: CancellationToken,
+    supervisors: Mutex<JoinSet<()>>,
 }
+
+/// How long [`Registry::shutdown`] waits for the supervisors to close their sessions politely (which takes
+/// at most ~2 s each, in parallel) before it kills what is left.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);
 
 /// One row of `server_status()`, the original's shape.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -85,11 +95,29 @@ impl Registry {
             catalog: RwLock::new(Arc::new(Catalog::default())),
             started,
             settled: watch::Sender::new(0),
+            stop: CancellationToken::new(),
+            supervisors: Mutex::new(JoinSet::new()),
         });
+        let mut supervisors = registry.supervisors.lock().unwrap_or_else(|e| e.into_inner());
         for server in &registry.servers {
-            tokio::spawn(supervise(Arc::clone(&registry), Arc::clone(server)));
+            supervisors.spawn(supervise(Arc::clone(&registry), Arc::clone(server)));
         }
+        drop(supervisors);
         Ok(registry)
+    }
+
+    /// Closes every session and stops every stdio server with its whole process group (politely first:
+    /// stdin closed, then SIGTERM, then SIGKILL), within a few seconds; servers still starting are killed
+    /// at once. The registry serves nothing afterwards.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        let mut supervisors = std::mem::take(&mut *self.supervisors.lock().unwrap_or_else(|e| e.into_inner()));
+        let closed = tokio::time::timeout(SHUTDOWN_LIMIT, async { while supervisors.join_next().await.is_some() {} });
+        if closed.await.is_err() {
+            tracing::warn!("downstream servers did not stop within {}s; killing them", SHUTDOWN_LIMIT.as_secs());
+            // Aborting drops each session: its process group is killed.
+            supervisors.shutdown().await;
+        }
     }
 
     /// The current catalog of callable tools.
@@ -260,15 +288,22 @@ const FIRST_RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// Connects a server, keeps its tool list current, and reconnects with capped backoff when its connection
-/// is lost — forever, without blocking anything else. Rejected credentials are retried at the capped
-/// interval at once (they rarely fix themselves quickly), and a reason is logged once, not on every retry.
+/// is lost — forever, without blocking anything else, until the registry stops. Rejected credentials are
+/// retried at the capped interval at once (they rarely fix themselves quickly), and a reason is logged once,
+/// not on every retry.
 async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
     let name = server.config.name.clone();
+    let stop = registry.stop.clone();
     let mut backoff = backoff::Backoff::new(FIRST_RETRY, MAX_RETRY);
     let mut first_attempt = true;
     let mut last_logged: Option<String> = None;
     loop {
-        let loss = match client::connect(&server.config, registry.limits).await {
+        // Stopping drops a connection attempt, which kills a server still starting.
+        let attempt = tokio::select! {
+            attempt = client::connect(&server.config, registry.limits) => attempt,
+            () = stop.cancelled() => return,
+        };
+        let loss = match attempt {
             Ok(session) => {
                 tracing::info!(server = %name, tools = session.tools.len(), "connected");
                 last_logged = None;
@@ -277,12 +312,14 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
                 registry.set_state(&server, up(session.tools.clone()));
                 registry.mark_settled(&mut first_attempt);
                 backoff.reset();
-                session
-                    .run_until_lost(|tools| {
-                        tracing::info!(server = %name, tools = tools.len(), "tool list changed");
-                        registry.set_state(&server, up(tools));
-                    })
-                    .await
+                let lost = session.run_until_lost(&stop, |tools| {
+                    tracing::info!(server = %name, tools = tools.len(), "tool list changed");
+                    registry.set_state(&server, up(tools));
+                });
+                match lost.await {
+                    Some(loss) => loss,
+                    None => return,
+                }
             }
             Err(loss) => loss,
         };
@@ -298,6 +335,9 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
         }
         registry.set_state(&server, ServerState::Down { reason: loss.reason });
         registry.mark_settled(&mut first_attempt);
-        tokio::time::sleep(delay).await;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = stop.cancelled() => return,
+        }
     }
 }

@@ -28,7 +28,9 @@ const STDERR_LINE_CHARS: usize = 300;
 /// How long its last stderr line may take to arrive once the group is gone. Bounded: a process that left
 /// the group can hold the pipe open for good.
 const STDERR_DRAIN: Duration = Duration::from_millis(300);
-/// Bounds reaping after SIGKILL.
+/// How long a server being stopped may take to exit after its stdin closed.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+/// How long a server being stopped may take to exit after SIGTERM; also bounds reaping after SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(1);
 
 pub type StdioTransport = LineTransport<ChildStdout, ChildStdin>;
@@ -92,6 +94,16 @@ impl StdioProcess {
             Some(line) => format!("{what}: {line}"),
             None => what,
         })
+    }
+
+    /// Stops the process politely, its stdin being closed already: it gets a moment to exit, then SIGTERM
+    /// (the whole group), then another moment; whatever is left of the group is killed.
+    pub async fn stop(&mut self) {
+        if tokio::time::timeout(STOP_GRACE, self.exit.exited()).await.is_err() {
+            self.signal_group(libc::SIGTERM);
+            let _ = tokio::time::timeout(TERM_GRACE, self.exit.exited()).await;
+        }
+        self.end_group().await;
     }
 
     /// Kills what is left of the group (helpers outlive their leader), then reaps the leader.
@@ -178,6 +190,17 @@ mod tests {
         assert_eq!(process.exit_reason(Duration::from_millis(50)).await, None, "it is still running");
         let reason = process.exit_reason(Duration::from_secs(10)).await.unwrap_or_default();
         assert!(reason.starts_with("exited with status 0"), "{reason}");
+        assert!(ends(helper).await, "the helper outlived its group");
+    }
+
+    #[tokio::test]
+    async fn stop_ends_the_whole_group_even_members_that_ignore_sigterm() {
+        let (mut process, transport) =
+            StdioProcess::spawn(&server("trap '' TERM; sleep 60 & echo $! >&2; wait"), 1000).unwrap();
+        let helper = helper_pid(&process).await;
+        drop(transport); // closes its stdin, which this one ignores
+        process.stop().await;
+        assert!(process.status.is_some(), "the leader was reaped");
         assert!(ends(helper).await, "the helper outlived its group");
     }
 
