@@ -5,6 +5,7 @@ mod common;
 
 mod cli;
 mod docker;
+mod downstreams;
 mod escape;
 mod execute;
 mod pool;
