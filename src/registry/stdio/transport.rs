@@ -1,5 +1,5 @@
 //! The MCP transport over a downstream's stdin/stdout: one JSON-RPC message per line, read with the
-//! project's cancellation-safe [`LineReader`] and parsed straight into rmcp's message types.
+//! project's cancellation-safe [`LineReader`] and parsed into rmcp's message types.
 //!
 //! Unlike rmcp's own stdio transport, which drops a line over its limit without a word (the caller then
 //! waits out its timeout), an overlong answer to one of our requests becomes a JSON-RPC error for that
@@ -7,7 +7,8 @@
 //!
 //! Answers to `tools/call` are read as a tool result directly, moving each string out of the parsed JSON.
 //! (rmcp's generic reading tries every result type in turn through serde's untagged buffering, which holds
-//! about four copies of a large text at once; this way a large result costs the line plus one copy.)
+//! several copies of a large text at once: the server's peak memory was ~5.7 times a 60 MB result, and is
+//! ~2.9 times this way.)
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -105,7 +106,10 @@ where
                     }
                 }
                 Ok(Line::TooLong { len, id }) => match id.and_then(|id| serde_json::from_value::<RequestId>(id).ok()) {
-                    Some(id) => return Some(oversized(id, len, self.max_line)),
+                    Some(id) => {
+                        self.calls.remove(&id);
+                        return Some(oversized(id, len, self.max_line));
+                    }
                     None => tracing::warn!(
                         "a downstream sent a message of {len} bytes without a request id, more than the {} accepted; \
                          it was dropped",
@@ -189,7 +193,7 @@ fn oversized(id: RequestId, len: usize, max_line: usize) -> RxJsonRpcMessage<Rol
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::{ClientRequest, PingRequest};
+    use rmcp::model::{CallToolRequest, CallToolRequestParams, PingRequest};
     use tokio::io::AsyncReadExt;
 
     use super::*;
@@ -232,6 +236,35 @@ mod tests {
         );
         assert_eq!(got[1], json!({"jsonrpc": "2.0", "id": 8, "result": {}}));
         assert_eq!(oversized_bytes(&ErrorData::internal_error("other", None)), None);
+    }
+
+    #[tokio::test]
+    async fn answers_to_tools_call_are_read_as_tool_results_or_fail_their_call() {
+        let answers = concat!(
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"content\":\"not a list\"}}\n",
+        );
+        let mut transport = LineTransport::new(std::io::Cursor::new(answers.as_bytes()), tokio::io::sink(), 1000);
+        for id in [1, 2] {
+            let call = CallToolRequest::new(CallToolRequestParams::new("t"));
+            let request = ClientJsonRpcMessage::request(ClientRequest::CallToolRequest(call), RequestId::Number(id));
+            transport.send(request).await.unwrap();
+        }
+        match Transport::<RoleClient>::receive(&mut transport).await {
+            Some(ServerJsonRpcMessage::Response(response)) => match response.result {
+                ServerResult::CallToolResult(result) => assert_eq!(result.content[0].as_text().unwrap().text, "hi"),
+                other => panic!("not a tool result: {other:?}"),
+            },
+            other => panic!("not a response: {other:?}"),
+        }
+        match Transport::<RoleClient>::receive(&mut transport).await {
+            Some(ServerJsonRpcMessage::Error(error)) => {
+                assert_eq!(error.id, Some(RequestId::Number(2)));
+                assert!(error.error.message.starts_with("the server answered with an invalid tool result"));
+            }
+            other => panic!("not an error: {other:?}"),
+        }
+        assert!(transport.calls.is_empty(), "answered calls are forgotten");
     }
 
     #[tokio::test]
