@@ -128,7 +128,7 @@ async fn a_result_too_large_for_the_connection_fails_at_once_and_the_server_stay
 
 #[tokio::test]
 async fn a_filesystem_style_result_carries_its_text_once() {
-    let ptc = Ptc::start(&config(&[mock_server("mock", &[])], "")).await;
+    let ptc = Ptc::start(&config(&[mock_server("mock", &["--file-style"])], "")).await;
     let calls = [
         r"mcp__mock__file_style(text='line 1\nline 2')".to_string(),
         r#"mcp__mock__file_style(text='{"a": 1}')"#.into(),

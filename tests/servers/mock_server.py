@@ -170,12 +170,6 @@ def register_tools(server):
     def get_item(args):
         return result(json_text({"id": args["id"]}))
 
-    # @modelcontextprotocol/server-filesystem style: the structured content's one field, again as the text.
-    @tool("file_style", "Return `text` as server-filesystem's read_text_file does.",
-          {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
-    def file_style(args):
-        return result(text(args["text"]), structured={"content": args["text"]})
-
     @tool("env", "Return this process's environment variables as JSON.", NO_ARGS)
     def env(args):
         return result(json_text(dict(os.environ)))
@@ -186,6 +180,13 @@ def register_collisions(server):
     for name in ("dup-name", "dup_name"):
         server.add_tool(name, lambda _args, name=name: result(text(name)),
                         f"Collision fixture; answers with its own name ({name}).", NO_ARGS)
+
+
+def register_file_style(server):
+    """@modelcontextprotocol/server-filesystem's result shape: a structured field, again as the text."""
+    server.add_tool("file_style", lambda args: result(text(args["text"]), structured={"content": args["text"]}),
+                    "Return `text` as server-filesystem's read_text_file does.",
+                    {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
 
 
 def register_extras(server, count):
@@ -215,6 +216,8 @@ def main():
                         help="also append 'request <method>' to the state file for every request")
     parser.add_argument("--collide", action="store_true",
                         help="also register the colliding tools dup-name and dup_name")
+    parser.add_argument("--file-style", action="store_true",
+                        help="also register file_style, which answers as server-filesystem does")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N",
                         help="also register N trivial tools extra_0..extra_{N-1}")
     options = parser.parse_args()
@@ -242,6 +245,8 @@ def main():
     register_tools(server)
     if options.collide:
         register_collisions(server)
+    if options.file_style:
+        register_file_style(server)
     register_extras(server, options.extra_tools)
     server.serve()
 
