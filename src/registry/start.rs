@@ -118,6 +118,7 @@ impl From<ClientInitializeError> for StartError {
                 StartError::NoCommonVersion(if offered.is_empty() { "none".into() } else { offered.join(", ") })
             }
             ClientInitializeError::LegacyFallbackFailed { fallback, .. } => StartError::from(*fallback),
+            ClientInitializeError::Cancelled => StartError::Other("it was cancelled".to_string()),
             other => StartError::Other(other.to_string()),
         }
     }
