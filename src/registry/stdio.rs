@@ -41,6 +41,7 @@ pub struct StdioProcess {
     pgid: libc::pid_t,
     exit: ExitWatch,
     /// Set once the leader is reaped (after its group was killed): the group id is no longer ours.
+    reaped: bool,
     status: Option<ExitStatus>,
     last_stderr_line: Arc<Mutex<Option<String>>>,
     /// The task reading stderr; it ends at EOF, after the last line is in `last_stderr_line`.
@@ -72,8 +73,15 @@ impl StdioProcess {
             .stderr
             .take()
             .map(|stderr| tokio::spawn(follow_stderr(config.name.clone(), stderr, Arc::clone(&last_stderr_line))));
-        let process =
-            StdioProcess { child, pgid, exit: ExitWatch::new(pgid), status: None, last_stderr_line, stderr_reader };
+        let process = StdioProcess {
+            child,
+            pgid,
+            exit: ExitWatch::new(pgid),
+            reaped: false,
+            status: None,
+            last_stderr_line,
+            stderr_reader,
+        };
         Ok((process, LineTransport::new(stdout, stdin, max_line)))
     }
 
@@ -108,16 +116,19 @@ impl StdioProcess {
 
     /// Kills what is left of the group (helpers outlive their leader), then reaps the leader.
     async fn end_group(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
+        if !self.reaped {
             self.signal_group(libc::SIGKILL);
             // SIGKILL cannot be caught: the wait is short; bounded all the same.
-            self.status = tokio::time::timeout(TERM_GRACE, self.child.wait()).await.ok().and_then(Result::ok);
+            if let Ok(waited) = tokio::time::timeout(TERM_GRACE, self.child.wait()).await {
+                self.reaped = true;
+                self.status = waited.ok();
+            }
         }
         self.status
     }
 
     fn signal_group(&self, signal: libc::c_int) {
-        if self.status.is_none() {
+        if !self.reaped {
             // SAFETY: plain syscall. The leader is not reaped yet, so the group id is still ours; ESRCH for a
             // group that is already empty is fine.
             unsafe { libc::kill(-self.pgid, signal) };
@@ -200,7 +211,7 @@ mod tests {
         let helper = helper_pid(&process).await;
         drop(transport); // closes its stdin, which this one ignores
         process.stop().await;
-        assert!(process.status.is_some(), "the leader was reaped");
+        assert!(process.reaped, "the leader was reaped");
         assert!(ends(helper).await, "the helper outlived its group");
     }
 
