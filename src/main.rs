@@ -107,7 +107,7 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
     let backend = ptc_backends::select(config.execution.sandbox, &settings);
     let engine = Arc::new(Engine::new(backend, Arc::clone(&registry), config.execution.clone()));
     tokio::spawn(announce(Arc::clone(&engine), config, source));
-    let serving = PtcServer::new(registry, Arc::clone(&engine)).serve(rmcp::transport::stdio());
+    let serving = PtcServer::new(Arc::clone(&registry), Arc::clone(&engine)).serve(rmcp::transport::stdio());
     tokio::select! {
         served = serving => match served {
             Ok(server) => {
@@ -120,11 +120,13 @@ async fn serve(config: Config, source: ConfigSource) -> i32 {
         },
         _ = shutdown_signal() => {}
     }
-    // Runs still going are abandoned with the process; ready runners and what the backend keeps outside the
-    // process go now.
+    // Runs still going are stopped; their runners, the pool's and what the backend keeps outside the process
+    // (containers, scratch directories) go before the downstream servers do.
     if tokio::time::timeout(SHUTDOWN_GRACE, engine.shutdown()).await.is_err() {
-        tracing::warn!("the sandbox backend did not shut down within {}s", SHUTDOWN_GRACE.as_secs());
+        tracing::warn!("runs and sandboxes were not all cleaned up within {}s", SHUTDOWN_GRACE.as_secs());
     }
+    // The exit below skips every destructor: downstream process groups must be gone before it.
+    registry.shutdown().await;
     0
 }
 

@@ -35,12 +35,7 @@ impl PtcServer {
         let catalog = self.registry.catalog();
         let names = serde_json::to_string(&catalog.names()).expect("names serialise");
         let mut content = vec![ContentBlock::text(names)];
-        let mut problems: Vec<String> = self
-            .registry
-            .unavailable()
-            .into_iter()
-            .map(|(server, reason)| format!("server '{server}' is unavailable: {reason}"))
-            .collect();
+        let mut problems = self.registry.unavailable();
         problems.extend(catalog.collisions.iter().cloned());
         if !problems.is_empty() {
             content.push(ContentBlock::text(format!(

@@ -79,6 +79,14 @@ pub struct ServerConfig {
     pub url: Option<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, Scalar>,
+    /// How long the server may take to start: to answer its first message, finish the handshake and list
+    /// its tools.
+    #[serde(default = "default_connect_timeout_seconds")]
+    pub connect_timeout_seconds: f64,
+}
+
+fn default_connect_timeout_seconds() -> f64 {
+    60.0
 }
 
 /// A YAML scalar taken as text, so `PORT: 8080` works as well as `PORT: "8080"`.
@@ -150,7 +158,7 @@ impl Default for ExecutionConfig {
             max_concurrent_calls: 8,
             tool_call_timeout_seconds: 60.0,
             trace: TraceMode::Summary,
-            max_tool_result_bytes: 16 * 1024 * 1024,
+            max_tool_result_bytes: 64 * 1024 * 1024,
             limits: Limits::default(),
             pool_size: 2,
             docker: DockerSettings::default(),
@@ -256,11 +264,16 @@ impl Config {
 }
 
 impl ServerConfig {
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.connect_timeout_seconds)
+    }
+
     fn validate(&self, key: &str) -> Result<(), String> {
         if self.name.trim().is_empty() {
             return Err(format!("{key}.name: must not be empty"));
         }
         let key = format!("{key} ('{}')", self.name);
+        check_seconds(&format!("{key}.connect_timeout_seconds"), self.connect_timeout_seconds)?;
         let transport = self.transport.name();
         match self.transport {
             TransportKind::Stdio => {
@@ -374,12 +387,7 @@ impl ExecutionConfig {
         let positive_seconds =
             [("timeout_seconds", self.timeout_seconds), ("tool_call_timeout_seconds", self.tool_call_timeout_seconds)];
         for (key, value) in positive_seconds {
-            // Also bounds the value so Duration::from_secs_f64 cannot panic.
-            if !(value > 0.0 && value <= 86_400.0) {
-                return Err(format!(
-                    "execution.{key}: must be a number of seconds above 0 and at most 86400, got {value}"
-                ));
-            }
+            check_seconds(&format!("execution.{key}"), value)?;
         }
         let positive_counts = [
             ("max_output_bytes", self.max_output_bytes as u64),
@@ -404,6 +412,15 @@ impl ExecutionConfig {
         }
         self.docker.validate().map_err(|e| format!("execution.docker.{e}"))
     }
+}
+
+/// A duration in seconds: above 0 and at most a day (which also keeps `Duration::from_secs_f64` from
+/// panicking).
+fn check_seconds(key: &str, value: f64) -> Result<(), String> {
+    if value > 0.0 && value <= 86_400.0 {
+        return Ok(());
+    }
+    Err(format!("{key}: must be a number of seconds above 0 and at most 86400, got {value}"))
 }
 
 #[cfg(test)]

@@ -66,13 +66,22 @@ fn an_empty_document_gives_the_seed_defaults() {
         assert_eq!(e.max_concurrent_calls, 8);
         assert_eq!(e.tool_call_timeout_seconds, 60.0);
         assert_eq!(e.trace, TraceMode::Summary);
-        assert_eq!(e.max_tool_result_bytes, 16_777_216);
+        assert_eq!(e.max_tool_result_bytes, 67_108_864);
         assert_eq!(e.limits, Limits { memory_mb: 1024, scratch_mb: 256, open_files: 256, file_size_mb: 64 });
         assert_eq!(e.pool_size, 2);
         assert_eq!(e.docker, DockerSettings::default());
         assert_eq!((e.docker.image.as_str(), e.docker.host.as_deref()), ("python:3.12-slim", None));
         assert_eq!((e.docker.memory_mb(&e.limits), e.docker.scratch_mb(&e.limits)), (1024 + 256, 256));
     }
+}
+
+#[test]
+fn a_server_may_take_60_seconds_to_start_unless_configured_otherwise() {
+    let config =
+        parse("servers:\n  - name: a\n    command: c\n  - name: b\n    command: c\n    connect_timeout_seconds: 2.5\n");
+    let servers = config.unwrap().servers;
+    assert_eq!(servers[0].connect_timeout(), Duration::from_secs(60));
+    assert_eq!(servers[1].connect_timeout(), Duration::from_millis(2500));
 }
 
 #[test]
@@ -117,6 +126,18 @@ fn errors_name_the_key_and_what_is_expected() {
         ),
         ("servers:\n  - name: a\n    command: c\n    colour: red\n", "servers[0].colour: unknown field `colour`"),
         ("servers:\n  - name: ''\n    command: c\n", "servers[0].name: must not be empty"),
+        (
+            "servers:\n  - name: a\n    command: c\n    connect_timeout_seconds: 0\n",
+            "servers[0] ('a').connect_timeout_seconds: must be a number of seconds above 0 and at most 86400, got 0",
+        ),
+        (
+            "servers:\n  - name: a\n    command: c\n    connect_timeout_seconds: 1e9\n",
+            "servers[0] ('a').connect_timeout_seconds: must be a number of seconds above 0 and at most 86400",
+        ),
+        (
+            "servers:\n  - name: a\n    command: c\n    connect_timeout_seconds: soon\n",
+            "servers[0].connect_timeout_seconds: invalid type",
+        ),
         ("tools:\n  allow: ['a']\n  block: ['b']\n", "tools: 'allow' and 'block' are mutually exclusive"),
         ("tools:\n  allow: ['a[']\n", "tools.allow[0]: bad glob 'a['"),
         ("bogus: 1\n", "bogus: unknown field `bogus`"),

@@ -1,31 +1,36 @@
-//! One MCP client session with a downstream server, whatever its transport: the handshake (2026-07-28
-//! discovery with a fallback to `initialize` for 2025-era servers), tool listing, re-listing on
-//! `tools/list_changed`, and noticing that the connection is lost.
+//! One MCP client session with a downstream server, whatever its transport: starting it within the server's
+//! `connect_timeout_seconds` (era probe and handshake: see [`start`]; tool listing), re-listing on
+//! `tools/list_changed`, noticing that the connection is lost, and closing it politely on shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest, ProtocolVersion};
+use rmcp::model::{ClientConfig, ClientRequest, PingRequest};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
-use rmcp::transport::IntoTransport;
-use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
+use rmcp::transport::Transport;
+use rmcp::{ClientHandler, ServiceError};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::catalog::ToolEntry;
+use super::limits::Limits;
 use super::liveness::{self, Loss, Losses};
-use super::remote::Limits;
+use super::start;
 use super::stdio::StdioProcess;
 use super::{http, sse};
 use crate::config::{ServerConfig, TransportKind};
 
-/// How long a server may take to start, shake hands and list its tools.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often an idle remote session is pinged, so that a server that went away is noticed (its tools
 /// hidden) before a program calls it. Any answer, even a JSON-RPC error, means it is there.
 const HEARTBEAT: Duration = Duration::from_secs(20);
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A re-listing after `tools/list_changed` must not stall the session (and its loss detection) for good.
 const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a process whose connection ended may take to exit, so that its exit status explains the end.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+/// How long a closing session may take to wind down (its transport closed: a stdio server's stdin).
+const CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// Our side of a downstream session: it only needs to hear about tool-list changes.
 struct Downstream {
@@ -34,8 +39,7 @@ struct Downstream {
 
 impl ClientHandler for Downstream {
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("ptc-mcp", env!("CARGO_PKG_VERSION")))
-            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+        start::client_info()
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -47,7 +51,7 @@ impl ClientHandler for Downstream {
 /// What carries a session, and explains its end.
 enum Link {
     /// A child process: its exit status and stderr say why it ended.
-    Process(StdioProcess),
+    Process(Box<StdioProcess>),
     /// An HTTP connection: its transport reports the first loss.
     Remote(Losses),
 }
@@ -55,7 +59,9 @@ enum Link {
 impl Link {
     async fn reason(&mut self) -> Loss {
         match self {
-            Link::Process(process) => Loss::connection(process.exit_reason().await),
+            Link::Process(process) => Loss::connection(
+                process.exit_reason(EXIT_WAIT).await.unwrap_or_else(|| "closed its output but kept running".into()),
+            ),
             Link::Remote(losses) => losses.current().unwrap_or_else(|| Loss::connection("the connection closed")),
         }
     }
@@ -79,67 +85,73 @@ pub struct Session {
     link: Link,
 }
 
+/// Starts a session with the server: all of it (process or stream, handshake, tool listing) within its
+/// `connect_timeout_seconds`.
 pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, Loss> {
+    let deadline = Instant::now() + config.connect_timeout();
     match config.transport {
         TransportKind::Stdio => {
-            let mut process = StdioProcess::spawn(config).map_err(Loss::connection)?;
-            let (Some(stdout), Some(stdin)) = (process.child.stdout.take(), process.child.stdin.take()) else {
-                return Err(Loss::connection("its stdio was not piped"));
-            };
-            match within(handshake(config, (stdout, stdin))).await {
-                Ok(handshake) => Ok(Session::new(config, handshake, Link::Process(process))),
-                Err(why) => Err(Loss::connection(format!("{why}; {}", process.exit_reason().await))),
+            let (mut process, transport) =
+                StdioProcess::spawn(config, limits.max_message_bytes).map_err(Loss::connection)?;
+            match start_session(config, transport, deadline).await {
+                Ok(started) => Ok(Session::new(config, started, Link::Process(Box::new(process)))),
+                // A process that died says best why: its exit status and last stderr line.
+                Err(why) => Err(Loss::connection(process.exit_reason(EXIT_WAIT).await.unwrap_or(why))),
             }
         }
         TransportKind::Http | TransportKind::Sse => {
             let (signal, losses) = liveness::channel();
             let result = if config.transport == TransportKind::Http {
                 let transport = http::transport(config, limits, signal)?;
-                within(handshake(config, transport)).await
+                start_session(config, transport, deadline).await
             } else {
-                let opening = tokio::time::timeout(CONNECT_TIMEOUT, sse::connect(config, limits, signal));
+                let opening = tokio::time::timeout_at(deadline, sse::connect(config, limits, signal));
                 let transport =
-                    opening.await.map_err(|_| Loss::connection("the event stream did not open in time"))??;
-                within(handshake(config, transport)).await
+                    opening.await.map_err(|_| Loss::connection(too_slow(config, "open its event stream")))??;
+                start_session(config, transport, deadline).await
             };
             match result {
-                Ok(handshake) => Ok(Session::new(config, handshake, Link::Remote(losses))),
-                // The transport's own account (refused, HTTP 500, rejected credentials) beats rmcp's.
+                Ok(started) => Ok(Session::new(config, started, Link::Remote(losses))),
+                // The transport's own account (refused, HTTP 500, rejected credentials) beats the handshake's.
                 Err(why) => Err(losses.current().unwrap_or_else(|| Loss::connection(why))),
             }
         }
     }
 }
 
-/// Bounds a handshake: a server that accepts the connection but never answers must not stall its supervisor.
-async fn within(handshake: impl Future<Output = Result<Handshake, String>>) -> Result<Handshake, String> {
-    tokio::time::timeout(CONNECT_TIMEOUT, handshake).await.unwrap_or_else(|_| {
-        Err(format!("it did not finish the MCP handshake and tool listing within {}s", CONNECT_TIMEOUT.as_secs()))
-    })
-}
+type Started = (RunningService<RoleClient, Downstream>, mpsc::Receiver<()>, Vec<Arc<ToolEntry>>);
 
-type Handshake = (RunningService<RoleClient, Downstream>, mpsc::Receiver<()>, Vec<Arc<ToolEntry>>);
-
-async fn handshake<T, E, A>(config: &ServerConfig, transport: T) -> Result<Handshake, String>
+/// The era probe, the handshake and the tool listing, each bounded by what is left until `deadline`.
+async fn start_session<T>(config: &ServerConfig, mut transport: T, deadline: Instant) -> Result<Started, String>
 where
-    T: IntoTransport<RoleClient, E, A>,
-    E: std::error::Error + Send + Sync + 'static,
+    T: Transport<RoleClient> + 'static,
 {
-    let (tx, rx) = mpsc::channel(1);
-    let lifecycle = ClientLifecycleMode::Auto {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::V_2025_11_25),
-    };
-    let running = Downstream { list_changed: tx }
-        .serve_with_lifecycle(transport, lifecycle)
+    let era = tokio::time::timeout_at(deadline, start::probe(&mut transport))
         .await
-        .map_err(|e| format!("the MCP handshake failed: {e}"))?;
-    let tools = list_tools(&config.name, running.peer()).await?;
+        .map_err(|_| too_slow(config, "answer"))?
+        .map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel(1);
+    let running = tokio::time::timeout_at(deadline, start::handshake(Downstream { list_changed: tx }, transport, era))
+        .await
+        .map_err(|_| too_slow(config, "finish the handshake"))?
+        .map_err(|e| e.to_string())?;
+    let tools = tokio::time::timeout_at(deadline, list_tools(&config.name, running.peer()))
+        .await
+        .map_err(|_| too_slow(config, "list its tools"))??;
     Ok((running, rx, tools))
 }
 
+/// `did not <what> within 60s (connect_timeout_seconds)`.
+fn too_slow(config: &ServerConfig, what: &str) -> String {
+    format!("did not {what} within {}s (connect_timeout_seconds)", config.connect_timeout_seconds)
+}
+
 async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<ToolEntry>>, String> {
-    let tools = peer.list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
+    let tools = peer.list_all_tools().await.map_err(|e| match e {
+        ServiceError::McpError(e) => format!("tools/list failed: {} (JSON-RPC error {})", e.message, e.code.0),
+        ServiceError::TransportClosed => "closed the connection while listing its tools".to_string(),
+        other => format!("tools/list failed: {other}"),
+    })?;
     Ok(tools.into_iter().map(|tool| Arc::new(ToolEntry::new(server, tool))).collect())
 }
 
@@ -158,7 +170,7 @@ impl Session {
         }
     }
 
-    fn new(config: &ServerConfig, (running, list_changed, tools): Handshake, link: Link) -> Session {
+    fn new(config: &ServerConfig, (running, list_changed, tools): Started, link: Link) -> Session {
         Session { peer: running.peer().clone(), tools, server: config.name.clone(), running, list_changed, link }
     }
 
@@ -166,15 +178,32 @@ impl Session {
     /// changed (`on_relist` gets the new list). Returns why the connection was lost. Errors from a healthy
     /// server never end the session: only a lost connection does (the process or stream ended, or the
     /// transport reported a refused connection, an HTTP 5xx, a dropped stream or rejected credentials).
-    pub async fn run_until_lost(self, mut on_relist: impl FnMut(Vec<Arc<ToolEntry>>)) -> Loss {
+    ///
+    /// When `stop` is cancelled first, the session is closed politely (a process gets its stdin closed,
+    /// then SIGTERM, then SIGKILL, with its whole process group) and `None` is returned.
+    pub async fn run_until_lost(
+        self,
+        stop: &CancellationToken,
+        mut on_relist: impl FnMut(Vec<Arc<ToolEntry>>),
+    ) -> Option<Loss> {
         let Session { peer, server, running, mut list_changed, mut link, .. } = self;
         let remote = matches!(link, Link::Remote(_));
-        let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        let mut heartbeat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
+        let closing = running.cancellation_token();
         let mut waiting = std::pin::pin!(running.waiting());
         loop {
             tokio::select! {
                 _ = &mut waiting => break,
-                loss = link.lost() => return loss,
+                loss = link.lost() => return Some(loss),
+                () = stop.cancelled() => {
+                    // Ending the service closes its transport, which closes a process's stdin.
+                    closing.cancel();
+                    let _ = tokio::time::timeout(CLOSE_WAIT, &mut waiting).await;
+                    if let Link::Process(process) = &mut link {
+                        process.stop().await;
+                    }
+                    return None;
+                }
                 _ = heartbeat.tick(), if remote => {
                     // Only the transport's verdict matters (it reports a loss); the answer itself does not.
                     let peer = peer.clone();
@@ -190,6 +219,6 @@ impl Session {
                 },
             }
         }
-        link.reason().await
+        Some(link.reason().await)
     }
 }

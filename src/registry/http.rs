@@ -10,8 +10,9 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 
+use super::limits::Limits;
 use super::liveness::{Classify, Loss, LossSignal, Watched};
-use super::remote::{self, Limits};
+use super::remote;
 use crate::config::ServerConfig;
 
 /// rmcp's error for this transport.

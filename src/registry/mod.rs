@@ -1,19 +1,22 @@
 //! The downstream servers: each is connected and supervised in the background, its tools listed into one
-//! [`Catalog`], and calls routed to it. A server that is down only hides its own tools.
+//! [`Catalog`], and calls routed to it. A server that is down only hides its own tools. On shutdown every
+//! session is closed and every stdio server's process group is gone.
 
 mod backoff;
 mod catalog;
 mod client;
 mod http;
+mod limits;
 mod liveness;
 mod remote;
 pub mod result;
 mod sse;
+mod start;
 mod stdio;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::ServiceError;
 use rmcp::model::CallToolRequestParams;
@@ -21,6 +24,8 @@ use rmcp::service::{Peer, RoleClient};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
 pub use catalog::{Catalog, ToolEntry};
@@ -28,8 +33,10 @@ use liveness::{Loss, LossKind};
 
 /// The connection state of one server.
 enum ServerState {
-    /// The first attempt has not finished yet.
-    Connecting,
+    /// The first attempt has not finished yet. (Later attempts keep the reason of the last failure.)
+    Starting {
+        since: Instant,
+    },
     /// `losses` (remote transports) says why the connection was lost, for calls that fail with it.
     Up {
         peer: Peer<RoleClient>,
@@ -48,12 +55,20 @@ struct Server {
 
 pub struct Registry {
     servers: Vec<Arc<Server>>,
-    limits: remote::Limits,
+    limits: limits::Limits,
     filter: ToolFilter,
     catalog: RwLock<Arc<Catalog>>,
+    started: Instant,
     /// How many servers have finished their first connection attempt (either way).
     settled: watch::Sender<usize>,
+    /// Cancelled on shutdown: the supervisors close their sessions and stop.
+    stop: CancellationToken,
+    supervisors: Mutex<JoinSet<()>>,
 }
+
+/// How long [`Registry::shutdown`] waits for the supervisors to close their sessions politely (which takes
+/// at most ~2 s each, in parallel) before it kills what is left.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);
 
 /// One row of `server_status()`, the original's shape.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -66,21 +81,43 @@ pub struct ServerStatus {
 impl Registry {
     /// Creates the registry and starts connecting every configured server in the background.
     pub fn start(config: &Config) -> Result<Arc<Registry>, String> {
+        let started = Instant::now();
         let registry = Arc::new(Registry {
             servers: config
                 .servers
                 .iter()
-                .map(|c| Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Connecting) }))
+                .map(|c| {
+                    Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Starting { since: started }) })
+                })
                 .collect(),
-            limits: remote::Limits::for_results(config.execution.max_tool_result_bytes),
+            limits: limits::Limits::for_results(config.execution.max_tool_result_bytes),
             filter: config.tools.filter()?,
             catalog: RwLock::new(Arc::new(Catalog::default())),
+            started,
             settled: watch::Sender::new(0),
+            stop: CancellationToken::new(),
+            supervisors: Mutex::new(JoinSet::new()),
         });
+        let mut supervisors = registry.supervisors.lock().unwrap_or_else(|e| e.into_inner());
         for server in &registry.servers {
-            tokio::spawn(supervise(Arc::clone(&registry), Arc::clone(server)));
+            supervisors.spawn(supervise(Arc::clone(&registry), Arc::clone(server)));
         }
+        drop(supervisors);
         Ok(registry)
+    }
+
+    /// Closes every session and stops every stdio server with its whole process group (politely first:
+    /// stdin closed, then SIGTERM, then SIGKILL), within a few seconds; servers still starting are killed
+    /// at once. The registry serves nothing afterwards.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        let mut supervisors = std::mem::take(&mut *self.supervisors.lock().unwrap_or_else(|e| e.into_inner()));
+        let closed = tokio::time::timeout(SHUTDOWN_LIMIT, async { while supervisors.join_next().await.is_some() {} });
+        if closed.await.is_err() {
+            tracing::warn!("downstream servers did not stop within {}s; killing them", SHUTDOWN_LIMIT.as_secs());
+            // Aborting drops each session: its process group is killed.
+            supervisors.shutdown().await;
+        }
     }
 
     /// The current catalog of callable tools.
@@ -98,17 +135,30 @@ impl Registry {
         }
     }
 
-    /// Waits until every server has finished its first connection attempt, at most `limit`. Lets the first
-    /// program after start-up see the tools of servers that are still starting.
+    /// Waits until every server has finished its first connection attempt, at most until `limit` after
+    /// start-up. Lets the first program after start-up see the tools of servers that are still starting;
+    /// later ones see at once which servers are still starting.
     pub async fn wait_for_first_attempts(&self, limit: Duration) {
         let total = self.servers.len();
         let mut settled = self.settled.subscribe();
-        let _ = tokio::time::timeout(limit, settled.wait_for(|n| *n >= total)).await;
+        let until = tokio::time::Instant::from_std(self.started + limit);
+        let _ = tokio::time::timeout_at(until, settled.wait_for(|n| *n >= total)).await;
     }
 
-    /// Servers that are not connected, with the reason.
-    pub fn unavailable(&self) -> Vec<(String, String)> {
-        self.statuses().into_iter().filter_map(|(name, status)| status.error.map(|reason| (name, reason))).collect()
+    /// One sentence for each server that is not connected: `server 'x' is starting (for 12s so far)` or
+    /// `server 'x' is unavailable: <reason>`.
+    pub fn unavailable(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .filter_map(|server| {
+                let name = &server.config.name;
+                match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
+                    ServerState::Up { .. } => None,
+                    ServerState::Starting { since } => Some(format!("server '{name}' is {}", starting(*since))),
+                    ServerState::Down { reason } => Some(format!("server '{name}' is unavailable: {reason}")),
+                }
+            })
+            .collect()
     }
 
     pub fn statuses(&self) -> BTreeMap<String, ServerStatus> {
@@ -116,8 +166,8 @@ impl Registry {
             .iter()
             .map(|server| {
                 let status = match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
-                    ServerState::Connecting => {
-                        ServerStatus { connected: false, tools: 0, error: Some("still connecting".into()) }
+                    ServerState::Starting { since } => {
+                        ServerStatus { connected: false, tools: 0, error: Some(starting(*since)) }
                     }
                     ServerState::Up { tools, .. } => ServerStatus { connected: true, tools: tools.len(), error: None },
                     ServerState::Down { reason } => {
@@ -151,6 +201,12 @@ impl Registry {
                 return Err(format!("'{name}' timed out after {}s (tool_call_timeout_seconds)", timeout.as_secs_f64()));
             }
             Ok(Err(error)) => {
+                // An answer too long for the connection: the same words as one over the limit.
+                if let ServiceError::McpError(error) = &error
+                    && let Some(bytes) = stdio::oversized_bytes(error)
+                {
+                    return Err(result::too_large(name, bytes, max_result_bytes));
+                }
                 let loss = losses.and_then(|losses| losses.current());
                 return Err(describe_call_error(name, &entry.server, error, loss));
             }
@@ -164,7 +220,7 @@ impl Registry {
         match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
             ServerState::Up { peer, losses, .. } => Ok((peer.clone(), losses.clone())),
             ServerState::Down { reason } => Err(format!("server '{server_name}' is down: {reason}")),
-            ServerState::Connecting => Err(format!("server '{server_name}' is still connecting")),
+            ServerState::Starting { since } => Err(format!("server '{server_name}' is {}", starting(*since))),
         }
     }
 
@@ -202,6 +258,11 @@ impl Registry {
     }
 }
 
+/// `starting (for 12s so far)`.
+fn starting(since: Instant) -> String {
+    format!("starting (for {}s so far)", since.elapsed().as_secs())
+}
+
 /// The `ToolError` message for a failed call. `loss` is what the session's transport reported, if
 /// anything: a call can fail with a bare "closed" while the session is torn down for that loss.
 fn describe_call_error(name: &str, server: &str, error: ServiceError, loss: Option<Loss>) -> String {
@@ -227,15 +288,22 @@ const FIRST_RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// Connects a server, keeps its tool list current, and reconnects with capped backoff when its connection
-/// is lost — forever, without blocking anything else. Rejected credentials are retried at the capped
-/// interval at once (they rarely fix themselves quickly), and a reason is logged once, not on every retry.
+/// is lost — forever, without blocking anything else, until the registry stops. Rejected credentials are
+/// retried at the capped interval at once (they rarely fix themselves quickly), and a reason is logged once,
+/// not on every retry.
 async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
     let name = server.config.name.clone();
+    let stop = registry.stop.clone();
     let mut backoff = backoff::Backoff::new(FIRST_RETRY, MAX_RETRY);
     let mut first_attempt = true;
     let mut last_logged: Option<String> = None;
     loop {
-        let loss = match client::connect(&server.config, registry.limits).await {
+        // Stopping drops a connection attempt, which kills a server still starting.
+        let attempt = tokio::select! {
+            attempt = client::connect(&server.config, registry.limits) => attempt,
+            () = stop.cancelled() => return,
+        };
+        let loss = match attempt {
             Ok(session) => {
                 tracing::info!(server = %name, tools = session.tools.len(), "connected");
                 last_logged = None;
@@ -244,12 +312,14 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
                 registry.set_state(&server, up(session.tools.clone()));
                 registry.mark_settled(&mut first_attempt);
                 backoff.reset();
-                session
-                    .run_until_lost(|tools| {
-                        tracing::info!(server = %name, tools = tools.len(), "tool list changed");
-                        registry.set_state(&server, up(tools));
-                    })
-                    .await
+                let lost = session.run_until_lost(&stop, |tools| {
+                    tracing::info!(server = %name, tools = tools.len(), "tool list changed");
+                    registry.set_state(&server, up(tools));
+                });
+                match lost.await {
+                    Some(loss) => loss,
+                    None => return,
+                }
             }
             Err(loss) => loss,
         };
@@ -265,6 +335,9 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
         }
         registry.set_state(&server, ServerState::Down { reason: loss.reason });
         registry.mark_settled(&mut first_attempt);
-        tokio::time::sleep(delay).await;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = stop.cancelled() => return,
+        }
     }
 }

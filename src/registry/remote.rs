@@ -14,22 +14,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 const MAX_REDIRECTS: usize = 10;
 
-/// Size limits for messages from remote servers.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Largest JSON-RPC message (one JSON body or one SSE event) accepted.
-    pub max_message_bytes: usize,
-}
-
-impl Limits {
-    /// Room for a tool result of `max_tool_result_bytes` (the registry enforces that limit with a clear
-    /// message), its JSON escaping and the envelope; never below rmcp's default of 16 MiB.
-    pub fn for_results(max_tool_result_bytes: usize) -> Limits {
-        let roomy = max_tool_result_bytes.saturating_mul(2).saturating_add(1 << 20);
-        Limits { max_message_bytes: roomy.max(16 << 20) }
-    }
-}
-
 /// The shared HTTP client. `Err` (the reason) if TLS could not be set up.
 pub fn client() -> Result<reqwest::Client, String> {
     static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
@@ -132,6 +116,7 @@ mod tests {
             env: BTreeMap::new(),
             url: Some("http://127.0.0.1:1/mcp".into()),
             headers: BTreeMap::from([(name.to_string(), Scalar::Text(value.to_string()))]),
+            connect_timeout_seconds: 60.0,
         }
     }
 
@@ -146,12 +131,6 @@ mod tests {
     fn a_bad_header_value_is_named_without_its_value() {
         let loss = headers(&server_with_header("X-Key", "line\nbreak-s3cret")).unwrap_err();
         assert_eq!(loss.reason, "the value of header 'X-Key' is not a valid HTTP header value");
-    }
-
-    #[test]
-    fn result_limits_leave_room_for_escaping_and_keep_rmcps_floor() {
-        assert_eq!(Limits::for_results(1000).max_message_bytes, 16 << 20);
-        assert_eq!(Limits::for_results(64 << 20).max_message_bytes, (128 << 20) + (1 << 20));
     }
 
     #[tokio::test]

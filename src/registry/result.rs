@@ -92,12 +92,17 @@ pub fn interpret(
 
 fn check_size(tool: &str, bytes: usize, max_bytes: usize) -> Result<(), String> {
     if bytes > max_bytes {
-        return Err(format!(
-            "'{tool}' returned {bytes} bytes, more than max_tool_result_bytes ({max_bytes}); ask it for less \
-             (filter, paginate or limit the query)"
-        ));
+        return Err(too_large(tool, bytes, max_bytes));
     }
     Ok(())
+}
+
+/// The `ToolError` message for a result of `bytes` bytes, over `max_tool_result_bytes`.
+pub fn too_large(tool: &str, bytes: usize, max_bytes: usize) -> String {
+    format!(
+        "'{tool}' returned {bytes} bytes, more than max_tool_result_bytes ({max_bytes}); ask it for less \
+         (filter, paginate or limit the query)"
+    )
 }
 
 /// A placeholder note for content a program cannot receive.
@@ -119,13 +124,23 @@ fn placeholder(block: &ContentBlock) -> Option<String> {
     Some(format!("[non-text content omitted: {what}]"))
 }
 
-/// Whether a text block only renders the structured value: the whole of it, the unwrapped value, or (as the
-/// official SDK sends lists) one element of it.
+/// Whether a text block only restates the structured content, so it is no note: it renders the whole of
+/// it, the unwrapped value, one element of that (as the official SDK sends lists), or one field of either
+/// (as server-filesystem and server-memory do) — a string verbatim, or any value as JSON (compact or
+/// pretty-printed: compared parsed).
 fn renders(text: &str, structured: &Value, value: &Value) -> bool {
-    let Ok(parsed) = serde_json::from_str::<Value>(text) else {
-        return matches!(value, Value::String(s) if s == text);
-    };
-    &parsed == structured || &parsed == value || matches!(value, Value::Array(items) if items.contains(&parsed))
+    let mut restated = vec![structured, value];
+    for whole in [structured, value] {
+        match whole {
+            Value::Object(object) => restated.extend(object.values()),
+            Value::Array(items) => restated.extend(items),
+            _ => {}
+        }
+    }
+    if restated.iter().any(|v| matches!(v, Value::String(s) if s == text)) {
+        return true;
+    }
+    serde_json::from_str::<Value>(text).is_ok_and(|parsed| restated.contains(&&parsed))
 }
 
 /// Standalone fastmcp marks wrapped results in the result's `_meta.fastmcp.wrap_result`.

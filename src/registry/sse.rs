@@ -17,8 +17,9 @@ use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::limits::Limits;
 use super::liveness::{Classify, Loss, LossSignal, Watched};
-use super::remote::{self, Limits};
+use super::remote;
 use crate::config::ServerConfig;
 use frames::Frames;
 

@@ -1,31 +1,57 @@
-//! Connecting to a `stdio` downstream: start its process with only the configured environment plus a
-//! minimal safe set, and speak MCP over its stdin/stdout.
+//! Connecting to a `stdio` downstream: start its process in its own process group with only the configured
+//! environment plus a minimal safe set, speak MCP over its stdin/stdout ([`LineTransport`]), explain its
+//! end in words, and make sure nothing of its group outlives it.
+//!
+//! The group is always signalled before the leader is reaped: once the leader is reaped and the group is
+//! empty, its id may belong to someone else.
 
-use std::process::Stdio;
+mod exit_watch;
+mod transport;
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use crate::config::ServerConfig;
+use exit_watch::ExitWatch;
+pub use transport::{LineTransport, oversized_bytes};
 
 /// Variables a downstream inherits from the server's environment when set (as the official SDKs do);
 /// everything else must be given in its `env`.
 const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
-/// Lines of a downstream's stderr kept to explain why it stopped.
-const STDERR_TAIL_LINES: usize = 5;
+/// The longest stderr line kept to explain why a server stopped.
+const STDERR_LINE_CHARS: usize = 300;
+/// How long its last stderr line may take to arrive once the group is gone. Bounded: a process that left
+/// the group can hold the pipe open for good.
+const STDERR_DRAIN: Duration = Duration::from_millis(300);
+/// How long a server being stopped may take to exit after its stdin closed.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+/// How long a server being stopped may take to exit after SIGTERM; also bounds reaping after SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(1);
 
-/// A running downstream process. Dropping it kills the process and its process group.
+pub type StdioTransport = LineTransport<ChildStdout, ChildStdin>;
+
+/// A running downstream process, leader of its own process group. Dropping it kills the group.
 pub struct StdioProcess {
-    pub child: Child,
-    pgid: Option<libc::pid_t>,
-    stderr_tail: Arc<Mutex<Vec<String>>>,
-    /// The task reading stderr; it ends at EOF, after the last line is in `stderr_tail`.
+    child: Child,
+    pgid: libc::pid_t,
+    exit: ExitWatch,
+    /// Set once the leader is reaped (after its group was killed): the group id is no longer ours.
+    reaped: bool,
+    status: Option<ExitStatus>,
+    last_stderr_line: Arc<Mutex<Option<String>>>,
+    /// The task reading stderr; it ends at EOF, after the last line is in `last_stderr_line`.
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl StdioProcess {
-    pub fn spawn(config: &ServerConfig) -> Result<StdioProcess, String> {
+    /// Starts the server and returns it with the transport over its stdin/stdout, whose lines may be up to
+    /// `max_line` bytes long.
+    pub fn spawn(config: &ServerConfig, max_line: usize) -> Result<(StdioProcess, StdioTransport), String> {
         let command = config.command.as_deref().unwrap_or_default();
         let mut cmd = Command::new(command);
         cmd.args(&config.args)
@@ -35,60 +61,180 @@ impl StdioProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             // Its own group, so that helpers it starts (npx → node) go with it.
             .process_group(0);
         let mut child = cmd.spawn().map_err(|e| format!("could not start '{command}': {e}"))?;
-        let pgid = child.id().map(|pid| pid as libc::pid_t);
-        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+        let (Some(pid), Some(stdout), Some(stdin)) = (child.id(), child.stdout.take(), child.stdin.take()) else {
+            return Err(format!("'{command}' started without its stdio piped"));
+        };
+        let pgid = pid as libc::pid_t;
+        let last_stderr_line = Arc::new(Mutex::new(None));
         let stderr_reader = child
             .stderr
             .take()
-            .map(|stderr| tokio::spawn(follow_stderr(config.name.clone(), stderr, Arc::clone(&stderr_tail))));
-        Ok(StdioProcess { child, pgid, stderr_tail, stderr_reader })
-    }
-
-    /// Why the process is gone (exit status and last stderr lines), waiting briefly for it to exit.
-    pub async fn exit_reason(&mut self) -> String {
-        let status = tokio::time::timeout(std::time::Duration::from_millis(500), self.child.wait()).await;
-        let what = match status {
-            Ok(Ok(status)) => {
-                // Its last stderr lines may still be in the pipe: let the reader reach EOF (briefly).
-                if let Some(reader) = self.stderr_reader.take() {
-                    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), reader).await;
-                }
-                format!("the process exited ({status})")
-            }
-            _ => "the connection was lost".to_string(),
+            .map(|stderr| tokio::spawn(follow_stderr(config.name.clone(), stderr, Arc::clone(&last_stderr_line))));
+        let process = StdioProcess {
+            child,
+            pgid,
+            exit: ExitWatch::new(pgid),
+            reaped: false,
+            status: None,
+            last_stderr_line,
+            stderr_reader,
         };
-        match self.stderr_tail() {
-            tail if tail.is_empty() => what,
-            tail => format!("{what}; its stderr ended with: {tail}"),
-        }
+        Ok((process, LineTransport::new(stdout, stdin, max_line)))
     }
 
-    pub fn stderr_tail(&self) -> String {
-        self.stderr_tail.lock().unwrap_or_else(|e| e.into_inner()).join(" | ")
+    /// Why the process ended, in words (`exited with status 1: <its last stderr line>`), if it exits
+    /// within `wait`; then its group is killed and it is reaped. `None` if it is still running.
+    pub async fn exit_reason(&mut self, wait: Duration) -> Option<String> {
+        tokio::time::timeout(wait, self.exit.exited()).await.ok()?;
+        let status = self.end_group().await;
+        // Its last stderr lines may still be in the pipe: let the reader reach EOF (briefly).
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
+        }
+        let what = match status {
+            Some(status) => describe(status),
+            None => "exited".to_string(),
+        };
+        Some(match self.last_stderr_line.lock().unwrap_or_else(|e| e.into_inner()).as_deref() {
+            Some(line) => format!("{what}: {line}"),
+            None => what,
+        })
+    }
+
+    /// Stops the process politely, its stdin being closed already: it gets a moment to exit, then SIGTERM
+    /// (the whole group), then another moment; whatever is left of the group is killed.
+    pub async fn stop(&mut self) {
+        if tokio::time::timeout(STOP_GRACE, self.exit.exited()).await.is_err() {
+            self.signal_group(libc::SIGTERM);
+            let _ = tokio::time::timeout(TERM_GRACE, self.exit.exited()).await;
+        }
+        self.end_group().await;
+    }
+
+    /// Kills what is left of the group (helpers outlive their leader), then reaps the leader.
+    async fn end_group(&mut self) -> Option<ExitStatus> {
+        if !self.reaped {
+            self.signal_group(libc::SIGKILL);
+            // SIGKILL cannot be caught: the wait is short; bounded all the same.
+            if let Ok(waited) = tokio::time::timeout(TERM_GRACE, self.child.wait()).await {
+                self.reaped = true;
+                self.status = waited.ok();
+            }
+        }
+        self.status
+    }
+
+    fn signal_group(&self, signal: libc::c_int) {
+        if !self.reaped {
+            // SAFETY: plain syscall. The leader is not reaped yet, so the group id is still ours; ESRCH for a
+            // group that is already empty is fine.
+            unsafe { libc::kill(-self.pgid, signal) };
+        }
     }
 }
 
 impl Drop for StdioProcess {
     fn drop(&mut self) {
-        if let Some(pgid) = self.pgid {
-            // SAFETY: plain syscall; ESRCH for a group already gone is fine.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        // The leader is reaped only after this (tokio reaps a dropped child in the background).
+        self.signal_group(libc::SIGKILL);
+    }
+}
+
+/// An exit status in words.
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        (None, None) => "exited".to_string(),
+    }
+}
+
+/// Logs a downstream's stderr (at debug level) and keeps its last non-blank line.
+async fn follow_stderr(server: String, stderr: ChildStderr, last: Arc<Mutex<Option<String>>>) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(server, "stderr: {line}");
+        let line = line.trim();
+        if !line.is_empty() {
+            *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(line.chars().take(STDERR_LINE_CHARS).collect());
         }
     }
 }
 
-async fn follow_stderr(server: String, stderr: ChildStderr, tail: Arc<Mutex<Vec<String>>>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(server, "stderr: {line}");
-        let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-        if tail.len() == STDERR_TAIL_LINES {
-            tail.remove(0);
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::TransportKind;
+
+    fn server(script: &str) -> ServerConfig {
+        ServerConfig {
+            name: "t".into(),
+            transport: TransportKind::Stdio,
+            command: Some("sh".into()),
+            args: vec!["-c".into(), script.into()],
+            env: BTreeMap::new(),
+            url: None,
+            headers: BTreeMap::new(),
+            connect_timeout_seconds: 60.0,
         }
-        tail.push(line.chars().take(300).collect());
+    }
+
+    #[tokio::test]
+    async fn an_exit_is_explained_by_its_status_and_last_stderr_line() {
+        let (mut process, _transport) =
+            StdioProcess::spawn(&server("echo 'Traceback:' >&2; echo 'ValueError: boom' >&2; echo >&2; exit 3"), 1000)
+                .unwrap();
+        let reason = process.exit_reason(Duration::from_secs(10)).await;
+        assert_eq!(reason.as_deref(), Some("exited with status 3: ValueError: boom"));
+    }
+
+    #[tokio::test]
+    async fn once_the_leader_exits_the_rest_of_its_group_is_killed() {
+        let (mut process, _transport) =
+            StdioProcess::spawn(&server("sleep 60 & echo $! >&2; sleep 0.5; exit 0"), 1000).unwrap();
+        let helper = helper_pid(&process).await;
+        assert_eq!(process.exit_reason(Duration::from_millis(50)).await, None, "it is still running");
+        let reason = process.exit_reason(Duration::from_secs(10)).await.unwrap_or_default();
+        assert!(reason.starts_with("exited with status 0"), "{reason}");
+        assert!(ends(helper).await, "the helper outlived its group");
+    }
+
+    #[tokio::test]
+    async fn stop_ends_the_whole_group_even_members_that_ignore_sigterm() {
+        let (mut process, transport) =
+            StdioProcess::spawn(&server("trap '' TERM; sleep 60 & echo $! >&2; wait"), 1000).unwrap();
+        let helper = helper_pid(&process).await;
+        drop(transport); // closes its stdin, which this one ignores
+        process.stop().await;
+        assert!(process.reaped, "the leader was reaped");
+        assert!(ends(helper).await, "the helper outlived its group");
+    }
+
+    /// The pid a test script printed to its stderr.
+    async fn helper_pid(process: &StdioProcess) -> u32 {
+        loop {
+            if let Some(pid) = process.last_stderr_line.lock().unwrap().as_deref().and_then(|l| l.parse().ok()) {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Whether a process ends (or is a zombie: its new parent may not reap it at once) within a few
+    /// seconds; a signalled process takes a moment to go.
+    async fn ends(pid: u32) -> bool {
+        for _ in 0..250 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with('Z')) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
     }
 }

@@ -9,6 +9,7 @@ mod common;
 mod channel;
 mod cli;
 mod docker;
+mod downstreams;
 mod escape;
 mod execute;
 mod pool;

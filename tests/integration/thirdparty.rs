@@ -59,6 +59,13 @@ async fn the_official_python_sdk_works_as_a_2026_era_client() {
     assert_eq!(report["execute"]["text"], json!("[Script executed successfully]\n1"));
 }
 
+/// Waits for a third-party server's tool: on a loaded machine it can take longer to start than the 15 s the
+/// first program waits.
+async fn wait_for_tool(ptc: &Ptc, tool: &str) {
+    let names = ptc.wait_for_tools(std::time::Duration::from_secs(120), |names| names.iter().any(|n| n == tool)).await;
+    assert!(names.iter().any(|n| n == tool), "{tool} never appeared: {names:?}");
+}
+
 #[apply(integration_test!)]
 async fn a_program_uses_the_npm_memory_server() {
     let Some(server) = required_path("third-party-servers", "PTC_TEST_MEMORY_SERVER") else {
@@ -71,6 +78,7 @@ async fn a_program_uses_the_npm_memory_server() {
         json!(memory_file.path().join("memory.jsonl").display().to_string())
     );
     let ptc = Ptc::start(&config(&[entry], "")).await;
+    wait_for_tool(&ptc, "mcp__memory__create_entities").await;
     let code = "await mcp__memory__create_entities(entities=[{'name': 'ptc', 'entityType': 'project', 'observations': ['written in Rust']}])\n\
                 graph = await mcp__memory__read_graph()\nprint([e['name'] for e in graph['entities']], graph['entities'][0]['observations'])";
     let text = ptc.execute(code).await.expect_ok();
@@ -87,6 +95,7 @@ async fn a_program_uses_the_pypi_time_server_which_speaks_the_2026_protocol() {
     };
     let entry = format!("  - name: time\n    command: {}\n    args: [\"--local-timezone\", \"UTC\"]\n", json!(server));
     let ptc = Ptc::start(&config(&[entry], "")).await;
+    wait_for_tool(&ptc, "mcp__time__get_current_time").await;
     let code = "r = await mcp__time__get_current_time(timezone='Europe/Paris')\nprint(r['timezone'], 'datetime' in r)\n\
                 c = await mcp__time__convert_time(source_timezone='UTC', time='12:00', target_timezone='Asia/Tokyo')\n\
                 print(c['target']['datetime'][11:16])";

@@ -9,6 +9,7 @@ import argparse
 import base64
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -187,6 +188,13 @@ def register_collisions(server):
                         f"Collision fixture; answers with its own name ({name}).", NO_ARGS)
 
 
+def register_file_style(server):
+    """@modelcontextprotocol/server-filesystem's result shape: a structured field, again as the text."""
+    server.add_tool("file_style", lambda args: result(text(args["text"]), structured={"content": args["text"]}),
+                    "Return `text` as server-filesystem's read_text_file does.",
+                    {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+
+
 def register_extras(server, count):
     for i in range(count):
         server.add_tool(f"extra_{i}", lambda _args: result(text("ok")),
@@ -200,26 +208,51 @@ def main():
                         help="tools/list page size (0 = no pagination)")
     parser.add_argument("--fail-start", action="store_true",
                         help="exit 1 at startup, before reading stdin")
+    parser.add_argument("--fail-start-traceback", action="store_true",
+                        help="die at startup with an uncaught exception (a traceback on stderr, status 1)")
+    parser.add_argument("--era", choices=("2025", "2026"), default="2025",
+                        help="2026: also answer server/discover (speak 2026-07-28)")
+    parser.add_argument("--first-answer-delay", type=float, default=0, metavar="SECONDS",
+                        help="wait this long before handling the first message")
+    parser.add_argument("--spawn-child", action="store_true",
+                        help="start a child in this process group that ignores SIGTERM; record 'child <pid>'")
     parser.add_argument("--state-file",
                         help="append 'start <pid>' here on every start, to count restarts")
+    parser.add_argument("--record-requests", action="store_true",
+                        help="also append 'request <method>' to the state file for every request")
     parser.add_argument("--collide", action="store_true",
                         help="also register the colliding tools dup-name and dup_name")
+    parser.add_argument("--file-style", action="store_true",
+                        help="also register file_style, which answers as server-filesystem does")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N",
                         help="also register N trivial tools extra_0..extra_{N-1}")
     options = parser.parse_args()
 
+    def record(line):
+        if options.state_file:
+            with open(options.state_file, "a", encoding="utf-8") as state:
+                state.write(line + "\n")
+
     # Recorded before --fail-start so failed start attempts are counted too.
-    if options.state_file:
-        with open(options.state_file, "a", encoding="utf-8") as state:
-            state.write(f"start {os.getpid()}\n")
+    record(f"start {os.getpid()}")
     if options.fail_start:
         log("mock: failing at start as asked")
         sys.exit(1)
+    if options.fail_start_traceback:
+        raise RuntimeError("mock: failing at start with a traceback")
+    if options.spawn_child:
+        ignore_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
+        child = subprocess.Popen([sys.executable, "-c", ignore_term], stdin=subprocess.DEVNULL)
+        record(f"child {child.pid}")
 
-    server = Server(options.name, page_size=options.page_size)
+    server = Server(options.name, page_size=options.page_size, modern=options.era == "2026",
+                    first_answer_delay=options.first_answer_delay,
+                    on_request=(lambda method: record(f"request {method}")) if options.record_requests else None)
     register_tools(server)
     if options.collide:
         register_collisions(server)
+    if options.file_style:
+        register_file_style(server)
     register_extras(server, options.extra_tools)
     server.serve()
 

@@ -11,10 +11,13 @@ import base64
 import json
 import sys
 import threading
+import time
 import traceback
 
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_VERSION = "2025-11-25"
+# Offered through server/discover by a server created with modern=True.
+MODERN_VERSION = "2026-07-28"
 
 # A handler returns this to leave the request unanswered forever.
 NO_REPLY = object()
@@ -40,9 +43,15 @@ def log(message):
 
 
 class Server:
-    def __init__(self, name, page_size=0):
+    def __init__(self, name, page_size=0, modern=False, first_answer_delay=0, on_request=None):
         self.name = name
         self.page_size = page_size  # 0 means tools/list returns everything at once
+        # modern: also speak 2026-07-28 (answer server/discover); otherwise it is a 2025-era server, whose
+        # answer to server/discover is "Method not found".
+        self.modern = modern
+        # Seconds to wait before handling the first message, like a server still importing its SDK.
+        self.first_answer_delay = first_answer_delay
+        self.on_request = on_request  # called with each request's method, before it is handled
         self._tools = {}  # name -> (definition, handler); insertion order is list order
         self._tools_lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -89,7 +98,11 @@ class Server:
 
     def serve(self):
         """Handle requests until stdin closes; in-flight calls die with the process."""
+        first = True
         for raw in sys.stdin.buffer:
+            if first and self.first_answer_delay:
+                time.sleep(self.first_answer_delay)
+            first = False
             line = raw.decode("utf-8").strip()
             if not line:
                 continue
@@ -103,6 +116,8 @@ class Server:
                 continue
             if "id" not in message:
                 continue  # notifications (initialized, cancelled, ...) need no action
+            if self.on_request:
+                self.on_request(message["method"])
             if message["method"] == "tools/call":
                 # Own thread per call so slow tools overlap instead of queueing.
                 threading.Thread(target=self._respond, args=(message,), daemon=True).start()
@@ -133,6 +148,15 @@ class Server:
                 "protocolVersion": requested if requested in SUPPORTED_VERSIONS else LATEST_VERSION,
                 "capabilities": {"tools": {"listChanged": True}},
                 "serverInfo": {"name": self.name, "version": "0.1.0"},
+            }
+        if method == "server/discover" and self.modern:
+            return {
+                "resultType": "complete",
+                "supportedVersions": [MODERN_VERSION],
+                "capabilities": {"tools": {"listChanged": True}},
+                "ttlMs": 0,
+                "cacheScope": "public",
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": self.name, "version": "0.1.0"}},
             }
         if method == "ping":
             return {}

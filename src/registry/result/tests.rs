@@ -68,6 +68,34 @@ fn structured_content_is_used_directly_and_extra_prose_kept_as_notes() {
 }
 
 #[test]
+fn a_text_that_restates_one_field_is_not_a_note() {
+    // server-filesystem: the file's text, again as the structured content's only field.
+    for file in ["line 1\nline 2", "{\"a\": 1}", "42"] {
+        let value = read(json!({"content": [text(file)], "structuredContent": {"content": file}}));
+        assert_eq!(value.unwrap(), json!({"content": file}));
+    }
+    // server-memory: an array field as pretty-printed JSON; a message field verbatim.
+    let entities = json!([{"name": "ptc", "entityType": "project", "observations": ["in Rust"]}]);
+    let pretty = serde_json::to_string_pretty(&entities).unwrap();
+    let value = read(json!({"content": [text(&pretty)], "structuredContent": {"entities": entities}}));
+    assert_eq!(value.unwrap(), json!({"entities": entities}));
+    let deleted = json!({"success": true, "message": "Entities deleted successfully"});
+    let value = read(json!({"content": [text("Entities deleted successfully")], "structuredContent": deleted}));
+    assert_eq!(value.unwrap(), deleted);
+    // A field of the unwrapped value counts too.
+    let shape = ResultShape { wrapped: true, ..Default::default() };
+    let value = read_with(json!({"content": [text("x")], "structuredContent": {"result": {"a": "x", "b": 2}}}), &shape);
+    assert_eq!(value.unwrap(), json!({"a": "x", "b": 2}));
+}
+
+#[test]
+fn a_text_that_says_more_than_a_field_stays_a_note() {
+    let value =
+        read(json!({"content": [text("read 2 lines"), text("a\nb")], "structuredContent": {"content": "a\nb"}}));
+    assert_eq!(value.unwrap(), json!({"content": "a\nb", "_notes": ["read 2 lines"]}));
+}
+
+#[test]
 fn official_sdk_lists_are_unwrapped_and_their_per_element_texts_are_not_notes() {
     let shape = ResultShape { wrapped: true, ..Default::default() };
     let value = read_with(

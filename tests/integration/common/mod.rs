@@ -275,11 +275,27 @@ pub fn skip(reason: &str) {
 
 /// Whether a process exists and is not a zombie (this machine's init may leave zombies unreaped).
 pub fn is_running(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
+    state_and_group(pid).is_some_and(|(state, _)| state != 'Z')
+}
+
+/// The processes (zombies left out) whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| state_and_group(pid).is_some_and(|(state, group)| state != 'Z' && group == pgid))
+        .collect()
+}
+
+/// A process's state letter and process group, from `/proc/<pid>/stat` (they follow the parenthesised
+/// command name: state, ppid, pgrp).
+fn state_and_group(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let group = fields.nth(1)?.parse().ok()?;
+    Some((state, group))
 }
 
 /// Checks that the sandbox under test can run programs here. Returns `None` (printing why) when it cannot,
