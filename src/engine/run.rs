@@ -30,6 +30,9 @@ const EXIT_GRACE: Duration = Duration::from_millis(300);
 /// Room in a line beyond its payload (call arguments, an emitted value): the envelope, and output chunks
 /// (the runner sends at most 64 KiB of output a line, up to six times that once escaped).
 const LINE_SLACK: usize = 512 * 1024;
+/// The most a program may pass to one call (as JSON), whatever `max_tool_result_bytes` allows for results:
+/// a flood of forged calls must not let the server hold gigabytes.
+const MAX_ARGUMENT_BYTES: usize = 16 * 1024 * 1024;
 /// Tool names come from the catalog; a longer one can only be forged.
 const MAX_TOOL_NAME: usize = 1024;
 /// How much work (calls waiting for a slot, helper answers being sent) the loop takes on beyond
@@ -63,9 +66,14 @@ enum Ending {
     Exited(ExitInfo),
 }
 
+/// The most a program may pass to one call: `max_tool_result_bytes`, at most [`MAX_ARGUMENT_BYTES`].
+fn max_arguments(settings: &ExecutionConfig) -> usize {
+    settings.max_tool_result_bytes.min(MAX_ARGUMENT_BYTES)
+}
+
 /// The longest line accepted from the runner.
 pub(super) fn max_line(settings: &ExecutionConfig) -> usize {
-    settings.max_tool_result_bytes.max(settings.max_output_bytes).saturating_add(LINE_SLACK)
+    max_arguments(settings).max(settings.max_output_bytes).saturating_add(LINE_SLACK)
 }
 
 pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport {
@@ -218,11 +226,11 @@ impl<'a> RunState<'a> {
         }
         let size = json_size(&args);
         let index = trace.start(&tool, &args, size);
-        if size > self.settings.max_tool_result_bytes {
+        if size > max_arguments(self.settings) {
             let error = format!(
-                "'{tool}' was given {size} bytes of arguments, more than max_tool_result_bytes ({}), the most a \
-                 program may pass; pass a reference (a path, an id) instead of the data",
-                self.settings.max_tool_result_bytes
+                "'{tool}' was given {size} bytes of arguments, more than the {} a program may pass to a call \
+                 (max_tool_result_bytes, at most 16 MiB); pass a reference (a path, an id) instead of the data",
+                max_arguments(self.settings)
             );
             trace.finish(index, Some(error.clone()), Instant::now());
             drop(trace);

@@ -164,7 +164,8 @@ async fn arguments_larger_than_max_tool_result_bytes_fail_the_call_before_it_is_
     let output = run.structured()["output"].as_str().unwrap().to_string();
     assert!(
         output.starts_with(
-            "ToolError: 'mcp__mock__echo' was given 200011 bytes of arguments, more than max_tool_result_bytes (100000)"
+            "ToolError: 'mcp__mock__echo' was given 200011 bytes of arguments, more than the 100000 a program may pass \
+             to a call (max_tool_result_bytes, at most 16 MiB)"
         ),
         "{output}"
     );
