@@ -133,25 +133,48 @@ time.sleep(1)"#;
 
 #[apply(integration_test!)]
 async fn a_flood_of_forged_call_lines_keeps_the_server_memory_bounded() {
-    let ptc = ptc_with_mock("  max_tool_calls: 100\n  timeout_seconds: 15\n").await;
+    let ptc = ptc_with_mock("  max_tool_calls: 100\n  timeout_seconds: 10\n").await;
     let server = ptc.child.id().expect("the server runs") as i32;
     let before = peak_rss_kib(server);
-    // 100 calls (the budget) that never answer, each carrying 8 MB of arguments, then 400 more.
+    // 100 calls (the budget) that never answer, each carrying 16 MB of arguments, then more.
     let code = r#"import os, json
-args = {"blob": "x" * 8_000_000}
+line = (json.dumps({"type": "call", "id": 1000, "tool": "mcp__mock__hang", "args": {"blob": "x" * 16_000_000}}) + "\n").encode()
 for fd in range(3, 64):
     try:
-        for i in range(500):
-            os.write(fd, (json.dumps({"type": "call", "id": 1000 + i, "tool": "mcp__mock__hang", "args": args}) + "\n").encode())
+        for i in range(150):
+            os.write(fd, line)
     except OSError:
         pass
 print("flooded")"#;
     let run = execute_within(&ptc, code, Duration::from_secs(120)).await.expect("the run ends");
     let grew_mib = (peak_rss_kib(server) - before) / 1024;
     eprintln!("the server's peak RSS grew by {grew_mib} MiB under the flood");
-    // The loop stops reading while max_concurrent_calls (8) + 8 messages are in hand: ~16 × 8 MB at most,
-    // with the parse. Without the bound the server held all 100 (and then some).
-    assert!(grew_mib < 450, "the server's peak RSS grew by {grew_mib} MiB: {}", run.text());
+    // The loop stops reading while max_concurrent_calls (8) + 8 messages are in hand: ~16 × 16 MB at most,
+    // with the parse. Without the bound the server held all 100 (1.6 GB and then some).
+    assert!(grew_mib < 700, "the server's peak RSS grew by {grew_mib} MiB: {}", run.text());
+    ptc.execute("print('still usable')").await.expect_ok();
+}
+
+#[apply(integration_test!)]
+async fn forged_calls_with_long_tool_names_cannot_grow_the_server() {
+    let ptc = ptc_with_mock("  max_tool_calls: 100\n").await;
+    let server = ptc.child.id().expect("the server runs") as i32;
+    let before = peak_rss_kib(server);
+    // 150 calls, each naming a 10 MB tool: a trace that kept every name (even past the budget) held 1.5 GB.
+    let code = r#"import os, json
+line = (json.dumps({"type": "call", "id": 1000, "tool": "mcp__mock__" + "n" * 10_000_000, "args": {}}) + "\n").encode()
+for fd in range(3, 64):
+    try:
+        for i in range(150):
+            os.write(fd, line)
+    except OSError:
+        pass
+print("flooded")"#;
+    let run = execute_within(&ptc, code, Duration::from_secs(120)).await.expect("the run ends");
+    let grew_mib = (peak_rss_kib(server) - before) / 1024;
+    assert!(grew_mib < 300, "the server's peak RSS grew by {grew_mib} MiB: {}", run.text());
+    let text = run.expect_error();
+    assert!(text.contains("the program corrupted its channel to the server (a tool name of 10000011 bytes)"), "{text}");
     ptc.execute("print('still usable')").await.expect_ok();
 }
 
