@@ -40,6 +40,7 @@ PROGRAM = "<program>"  # filename of the program's code: the only frames traceba
 READ_CHUNK = 65536
 LINE_READ_CHUNK = 1 << 20
 FINAL_DRAIN_SECONDS = 0.2  # what fds 1/2 still hold at the end; a writer the program keeps alive is cut off
+ORDERING_DRAIN_SECONDS = 0.05  # before a print: what fds 1/2 hold (a writer that never stops is not waited for)
 ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
@@ -158,10 +159,11 @@ class DirectOutput(io.RawIOBase):
     """Raw stream under sys.stdout/sys.stderr: each write goes straight to the server, so what a program printed
     is not left in a pipe if it crashes. fileno() still names fd 1/2, whose writes the drain thread forwards."""
 
-    def __init__(self, sink, fd):
+    def __init__(self, sink, fd, drain):
         super().__init__()
         self._sink = sink
         self._fd = fd
+        self._drain = drain
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def writable(self):
@@ -172,7 +174,10 @@ class DirectOutput(io.RawIOBase):
 
     def write(self, data):
         data = bytes(data)
-        for start in range(0, len(data), READ_CHUNK):  # chunks, so one huge write overshoots the cap by little
+        # What went to fds 1/2 before this write (os.write, C code) goes out first: output stays in order. The
+        # pipe holds at most 64 KiB, so this is quick; the deadline only bounds a writer that never stops.
+        self._drain.drain(deadline=time.monotonic() + ORDERING_DRAIN_SECONDS)
+        for start in range(0, len(data), READ_CHUNK):  # messages of at most 64 KiB
             self._sink.forward(self._decoder.decode(data[start:start + READ_CHUNK]))
         return len(data)
 
@@ -192,13 +197,14 @@ def take_over_fds():
     os.close(null)
     channel = Channel(in_fd, out_fd)
     sink = OutputSink(channel)
+    drain = FdDrain(sink, read_end)
     sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
-    streams = [io.TextIOWrapper(DirectOutput(sink, fd), encoding="utf-8", errors="backslashreplace",
+    streams = [io.TextIOWrapper(DirectOutput(sink, fd, drain), encoding="utf-8", errors="backslashreplace",
                                 line_buffering=True)
                for fd in (1, 2)]
     sys.stdout = sys.__stdout__ = streams[0]
     sys.stderr = sys.__stderr__ = streams[1]
-    return channel, sink, read_end, streams
+    return channel, drain, streams
 
 
 class FdDrain:
@@ -471,10 +477,8 @@ def finish(channel, drain, streams, error):
 
 
 def main():
-    channel, sink, output_fd, streams = take_over_fds()
-    # Both threads start before `ready`, so a run never waits for one to be scheduled. Nothing prints before the
-    # program does, so the output cap can arrive with the `run` message.
-    drain = FdDrain(sink, output_fd)
+    channel, drain, streams = take_over_fds()
+    # Both threads start before `ready`, so a run never waits for one to be scheduled.
     threading.Thread(target=drain.run, name="ptc-output", daemon=True).start()
     threading.Thread(target=channel.serve_results, name="ptc-reader", daemon=True).start()
     channel.send({"type": "ready", "version": PROTOCOL_VERSION})

@@ -183,6 +183,17 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(len(out), 20000 * 100 + len("last words\n"))
         self.assertTrue(out.endswith("x\nlast words\n"))
 
+    def test_prints_and_fd_writes_arrive_in_the_order_the_program_made_them(self):
+        messages = self.run_program("""
+            import os
+            for i in range(200):
+                os.write(1, b"fd %d\\n" % i)
+                print("print", i)
+        """)
+        self.assert_success(messages)
+        expected = "".join(f"fd {i}\nprint {i}\n" for i in range(200))
+        self.assertEqual(self.output(messages), expected)
+
     def test_one_huge_print_goes_out_in_chunks_of_at_most_64_kib(self):
         messages = self.run_program("print('y' * 5_000_000)")
         self.assert_success(messages)

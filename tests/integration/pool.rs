@@ -123,10 +123,14 @@ async fn a_ready_runner_that_died_is_replaced_not_handed_out() {
     ptc.execute("print('warm')").await.expect_ok();
     let ready = eventually(Duration::from_secs(30), || runners_under(tmp.path()).len() == 2).await;
     assert!(ready, "two ready runners: {:?}", runners_under(tmp.path()));
-    for pid in runners_under(tmp.path()) {
+    let killed = runners_under(tmp.path());
+    for pid in &killed {
         // SAFETY: killing a runner process of the server under test.
         unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
     }
+    // Dead before the next run asks for one (one dying at the very moment it is handed out is a crash like any).
+    let dead = eventually(Duration::from_secs(30), || killed.iter().all(|pid| !is_running(pid.parse().unwrap()))).await;
+    assert!(dead, "the killed runners are gone");
     for _ in 0..3 {
         let run = ptc.execute("print('fine')").await;
         assert_eq!(run.expect_ok(), "[Script executed successfully]\nfine");
