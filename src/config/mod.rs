@@ -141,7 +141,7 @@ pub struct ExecutionConfig {
     pub trace: TraceMode,
     pub max_tool_result_bytes: usize,
     pub limits: Limits,
-    /// Runners kept started and ready for the next programs; 0 starts one per run.
+    /// The fewest runners kept started and ready for the next programs (more after a burst); 0: no pool.
     pub pool_size: usize,
     /// The `docker` backend: engine, image and container limits.
     pub docker: DockerSettings,

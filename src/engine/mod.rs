@@ -120,6 +120,8 @@ impl Engine {
             ));
         }
         let deadline = tokio::time::Instant::now() + self.settings.timeout();
+        // Counts as demand for ready runners while it runs; the pool refills when it is over.
+        let _lease = self.pool.lease();
         let preparing = async {
             tokio::join!(self.pool.take(deadline), self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT)).0
         };
@@ -140,9 +142,7 @@ impl Engine {
             stopping: &self.stopping,
             cleanups: &self.cleanups,
         };
-        let report = run::drive(runner, context).await;
-        self.pool.refill();
-        report
+        run::drive(runner, context).await
     }
 }
 

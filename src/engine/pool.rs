@@ -1,13 +1,14 @@
 //! Ready runners: started, confined, interpreter up and handshake done, waiting for their program. A pool
-//! keeps `execution.pool_size` of them so a run does not pay the interpreter's start-up; each serves one run
-//! and is discarded, and the pool refills in the background. A run never waits for the pool: with no ready
-//! runner at hand it starts its own, exactly as without a pool. A runner that died while waiting is never
-//! handed out.
+//! keeps them so a run does not pay the interpreter's start-up; each serves one run and is discarded, and the
+//! pool refills in the background. It follows demand: it keeps at least `execution.pool_size` ready, and as
+//! many as programs recently ran at once (up to [`DEMAND_CAP`]), going back to `pool_size` once no such
+//! burst was seen for [`DEMAND_MEMORY`]. A run never waits for the pool: with no ready runner at hand it
+//! starts its own, exactly as without a pool. A runner that died while waiting is never handed out.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ptc_backends::protocol::{FromRunner, PROTOCOL_VERSION};
 use ptc_backends::{RunnerControl, SandboxBackend, SpawnRequest};
@@ -21,6 +22,11 @@ use crate::lines::{Line, LineReader};
 const POOL_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The `ready` line is tiny; anything longer is not one.
 const MAX_READY_LINE: usize = 4096;
+/// The most runners the pool keeps ready for bursts (unless `pool_size` asks for more): each is an idle
+/// interpreter (about 20 MiB, part of it shared) or container.
+pub const DEMAND_CAP: usize = 8;
+/// How long a burst of concurrent programs is remembered before the pool shrinks back to `pool_size`.
+pub const DEMAND_MEMORY: Duration = Duration::from_secs(300);
 
 /// A runner past its handshake.
 pub struct ReadyRunner {
@@ -64,6 +70,7 @@ pub async fn start_ready(
 pub struct RunnerPool {
     backend: Arc<dyn SandboxBackend>,
     request: SpawnRequest,
+    /// `execution.pool_size`: the fewest runners kept ready (0: no pool at all).
     size: usize,
     state: Mutex<PoolState>,
     /// Runners being started for the pool; waited for at shutdown.
@@ -76,6 +83,58 @@ pub struct RunnerPool {
 struct PoolState {
     ready: VecDeque<ReadyRunner>,
     starting: usize,
+    demand: Demand,
+    /// A task is waiting to shrink the pool once the remembered burst expires.
+    shrink_scheduled: bool,
+}
+
+/// How many programs run at once, and the most that did recently.
+#[derive(Debug, Default, Clone, Copy)]
+struct Demand {
+    running: usize,
+    peak: usize,
+    /// When `running` last reached `peak`.
+    peak_at: Option<Instant>,
+}
+
+impl Demand {
+    fn started(&mut self, now: Instant) {
+        self.running += 1;
+        if self.running >= self.recent_peak(now) {
+            self.peak = self.running;
+            self.peak_at = Some(now);
+        }
+    }
+
+    fn finished(&mut self) {
+        self.running = self.running.saturating_sub(1);
+    }
+
+    /// The most programs that ran at once within [`DEMAND_MEMORY`] (at least those running now).
+    fn recent_peak(&self, now: Instant) -> usize {
+        let remembered = self.peak_at.is_some_and(|at| now.duration_since(at) < DEMAND_MEMORY);
+        if remembered { self.peak.max(self.running) } else { self.running }
+    }
+
+    /// Ready runners to keep for a pool of at least `size`.
+    fn target(&self, size: usize, now: Instant) -> usize {
+        if size == 0 {
+            return 0;
+        }
+        self.recent_peak(now).min(size.max(DEMAND_CAP)).max(size)
+    }
+}
+
+/// One run's share of the demand, from before it takes a runner until it is over; then the pool refills.
+pub struct Lease {
+    pool: Arc<RunnerPool>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool.state().demand.finished();
+        self.pool.refill();
+    }
 }
 
 impl RunnerPool {
@@ -94,8 +153,14 @@ impl RunnerPool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A ready runner: from the pool if one is waiting, else started now (ready by `deadline`). The caller
-    /// refills the pool once its run is over, so that starting runners does not compete with the run for CPU.
+    /// Counts a run as demand until the lease is dropped (when the run is over), which refills the pool:
+    /// starting runners then does not compete with the run for CPU.
+    pub fn lease(self: &Arc<Self>) -> Lease {
+        self.state().demand.started(Instant::now());
+        Lease { pool: Arc::clone(self) }
+    }
+
+    /// A ready runner: from the pool if one is waiting, else started now (ready by `deadline`).
     pub async fn take(&self, deadline: tokio::time::Instant) -> Result<ReadyRunner, String> {
         loop {
             let Some(mut runner) = self.state().ready.pop_front() else {
@@ -109,17 +174,26 @@ impl RunnerPool {
         }
     }
 
-    /// Starts runners in the background until `size` are ready or starting.
+    /// Starts runners in the background until as many as demand asks for are ready or starting, or lets
+    /// go of those past it once a burst is forgotten.
     pub fn refill(self: &Arc<Self>) {
-        let missing = {
+        let (missing, surplus) = {
             let mut state = self.state();
             if self.closing.is_cancelled() {
                 return;
             }
-            let missing = self.size.saturating_sub(state.ready.len() + state.starting);
+            let target = state.demand.target(self.size, Instant::now());
+            let missing = target.saturating_sub(state.ready.len() + state.starting);
             state.starting += missing;
-            missing
+            let keep = target.min(state.ready.len());
+            let surplus: Vec<ReadyRunner> = state.ready.drain(keep..).collect();
+            if target > self.size && !std::mem::replace(&mut state.shrink_scheduled, true) {
+                self.schedule_shrink();
+            }
+            (missing, surplus)
         };
+        // Dropping a runner kills it and removes its scratch directory.
+        drop(surplus);
         for _ in 0..missing {
             let pool = Arc::clone(self);
             self.starts.spawn(async move {
@@ -140,6 +214,26 @@ impl RunnerPool {
         }
     }
 
+    /// Shrinks the pool back towards `size` once the remembered burst expires (and again later if it was
+    /// renewed meanwhile), even if no program runs to trigger a refill.
+    fn schedule_shrink(self: &Arc<Self>) {
+        let pool = Arc::clone(self);
+        self.starts.spawn(async move {
+            loop {
+                let expires = pool.state().demand.peak_at.map_or_else(Instant::now, |at| at + DEMAND_MEMORY);
+                tokio::select! {
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(expires)) => {}
+                    () = pool.closing.cancelled() => return,
+                }
+                if pool.state().demand.target(pool.size, Instant::now()) <= pool.size {
+                    break;
+                }
+            }
+            pool.state().shrink_scheduled = false;
+            pool.refill();
+        });
+    }
+
     /// At shutdown: stops refilling, kills every waiting runner and those being started, and waits until
     /// they are gone with their scratch directories.
     pub async fn close(&self) {
@@ -149,5 +243,32 @@ impl RunnerPool {
         futures::future::join_all(cleanups).await;
         self.starts.close();
         self.starts.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demand_grows_with_concurrent_runs_up_to_the_cap_and_is_forgotten_after_a_while() {
+        let at = Instant::now();
+        let mut demand = Demand::default();
+        assert_eq!(demand.target(2, at), 2);
+        for _ in 0..5 {
+            demand.started(at);
+        }
+        assert_eq!(demand.target(2, at), 5);
+        for _ in 0..5 {
+            demand.finished();
+        }
+        assert_eq!(demand.target(2, at + DEMAND_MEMORY / 2), 5, "a burst is remembered");
+        assert_eq!(demand.target(2, at + DEMAND_MEMORY), 2, "then forgotten");
+        for _ in 0..20 {
+            demand.started(at);
+        }
+        assert_eq!(demand.target(2, at), DEMAND_CAP);
+        assert_eq!(demand.target(12, at), 12, "pool_size above the cap is kept");
+        assert_eq!(demand.target(0, at), 0, "pool_size 0 means no pool");
     }
 }

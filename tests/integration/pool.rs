@@ -136,3 +136,23 @@ async fn a_ready_runner_that_died_is_replaced_not_handed_out() {
         assert_eq!(run.expect_ok(), "[Script executed successfully]\nfine");
     }
 }
+
+#[apply(integration_test!)]
+async fn the_pool_grows_to_the_recent_number_of_concurrent_programs() {
+    if sandbox_under_test() == "docker" {
+        skip("under docker ready runners are containers, not processes of this machine to count");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ptc = ptc_in(&tmp, "").await; // the default pool_size (2)
+    let filled = eventually(Duration::from_secs(30), || runners_under(tmp.path()).len() == 2).await;
+    assert!(filled, "the default pool is 2: {:?}", runners_under(tmp.path()));
+    let ptc = &ptc;
+    let burst = (0..6).map(|i| async move { ptc.execute(&format!("import time\ntime.sleep(0.5)\nprint({i})")).await });
+    for run in futures::future::join_all(burst).await {
+        run.expect_ok();
+    }
+    // After a burst of 6, 6 runners are kept ready for the next one.
+    let grown = eventually(Duration::from_secs(60), || runners_under(tmp.path()).len() == 6).await;
+    assert!(grown, "the pool did not grow to 6: {:?}", runners_under(tmp.path()));
+}
