@@ -105,15 +105,19 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
                 break Ending::Exited(exited.take().map(|(info, _)| info).expect("set with the grace"));
             }
             read = reader.next_line(), if channel_open && run.can_take_work() => match read {
-                Ok(Line::Complete(line)) => match FromRunner::parse(line) {
-                    Ok(FromRunner::Done { error }) => break Ending::Done(error),
-                    Ok(message) => {
-                        if let Err(why) = run.handle(message) {
-                            break Ending::Broken(why);
+                Ok(Line::Complete(line)) => {
+                    let message = FromRunner::parse(line);
+                    reader.release();
+                    match message {
+                        Ok(FromRunner::Done { error }) => break Ending::Done(error),
+                        Ok(message) => {
+                            if let Err(why) = run.handle(message) {
+                                break Ending::Broken(why);
+                            }
                         }
+                        Err(e) => break Ending::Broken(format!("an invalid message ({e})")),
                     }
-                    Err(e) => break Ending::Broken(format!("an invalid message ({e})")),
-                },
+                }
                 Ok(Line::TooLong { len, .. }) => {
                     break Ending::Broken(format!(
                         "a message of {len} bytes, more than the {} bytes a message may have",
@@ -243,14 +247,14 @@ impl<'a> RunState<'a> {
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
             let _slot = slots.acquire_owned().await;
-            let result = registry.call(&tool, args, timeout, max_result).await;
-            let line = match &result {
-                Ok(value) => ToRunner::success(id, value).to_line(),
-                Err(error) => ToRunner::failure(id, error).to_line(),
+            // The result is dropped once it is in its line: a large one is not held twice while it is sent.
+            let (line, error) = match registry.call(&tool, args, timeout, max_result).await {
+                Ok(value) => (ToRunner::success(id, &value).to_line(), None),
+                Err(error) => (ToRunner::failure(id, &error).to_line(), Some(error)),
             };
             // Recorded before the program can see the result: a call it got an answer to is never reported
             // as cancelled.
-            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, result.err(), Instant::now());
+            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, error, Instant::now());
             let _ = lines_tx.send(line).await;
         });
         Ok(())

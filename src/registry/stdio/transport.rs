@@ -101,7 +101,10 @@ where
         loop {
             match self.reader.next_line().await {
                 Ok(Line::Complete(line)) => {
-                    if let Some(message) = parse(line, &mut self.calls) {
+                    let message = parse(line, &mut self.calls);
+                    // A large result's line is not held while the result is read and passed on.
+                    self.reader.release();
+                    if let Some(message) = message {
                         return Some(message);
                     }
                 }
