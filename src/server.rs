@@ -11,7 +11,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 
-use crate::engine::Engine;
+use crate::engine::{Caller, Engine};
 use crate::registry::Registry;
 
 pub const LIST_TOOL: &str = "list_callable_tools";
@@ -67,7 +67,8 @@ impl PtcServer {
                 "execute_program needs code: the Python program to run, as a string",
             )]);
         };
-        let report = self.engine.execute(code, context.ct.clone()).await;
+        let caller = Caller { session: session_of(context), cancel: context.ct.clone() };
+        let report = self.engine.execute(code, caller).await;
         let text = report.text(self.engine.settings().trace);
         let mut result = if report.ok() {
             CallToolResult::success(vec![ContentBlock::text(text)])
@@ -119,6 +120,19 @@ impl ServerHandler for PtcServer {
     }
 
     async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {}
+}
+
+/// Which client a request came from, for the run's record: its HTTP session id (`http` for a request
+/// without one: 2026-07-28 clients have no sessions), or `stdio`.
+fn session_of(context: &RequestContext<RoleServer>) -> String {
+    match context.extensions.get::<http::request::Parts>() {
+        Some(parts) => parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|id| id.to_str().ok())
+            .map_or_else(|| "http".to_string(), str::to_string),
+        None => "stdio".to_string(),
+    }
 }
 
 fn tool_definitions(engine: &Engine) -> Vec<Tool> {

@@ -2,6 +2,8 @@
 //! few additions), and strict validation whose errors name the key and say what is expected.
 
 mod expand;
+mod logging;
+mod serve;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,8 @@ use serde::Deserialize;
 
 use crate::naming::identifier_part;
 pub use expand::ExpandError;
+pub use logging::LoggingConfig;
+pub use serve::{HttpConfig, Origin, Secret, ServeConfig};
 
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_ENV: &str = "PTC_MCP_CONFIG";
@@ -40,6 +44,10 @@ pub struct Config {
     pub tools: ToolsConfig,
     #[serde(default)]
     pub execution: ExecutionConfig,
+    #[serde(default)]
+    pub serve: ServeConfig,
+    #[serde(default)]
+    pub logging: LoggingConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -184,6 +192,16 @@ pub enum ConfigSource {
     Defaults,
 }
 
+impl ConfigSource {
+    /// Where the config came from, in words.
+    pub fn describe(&self) -> String {
+        match self {
+            ConfigSource::File(path) => path.display().to_string(),
+            ConfigSource::Defaults => format!("none found (no --config, ${CONFIG_ENV} or ./{DEFAULT_CONFIG_FILE})"),
+        }
+    }
+}
+
 impl Config {
     /// Loads the config: `explicit` (from `--config`), else `$PTC_MCP_CONFIG`, else `./config.yaml`. Only the
     /// last may be missing (then the defaults apply); a named file that does not exist is an error.
@@ -237,10 +255,13 @@ impl Config {
             return Err("tools: 'allow' and 'block' are mutually exclusive; use one of them".to_string());
         }
         self.tools.filter()?;
-        self.execution.validate()
+        self.execution.validate()?;
+        self.serve.http.validate()?;
+        self.logging.validate()
     }
 
     fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+        self.serve.http.expand_token(lookup)?;
         for server in &mut self.servers {
             let name = server.name.clone();
             let expand_one = |key: &str, text: &str| {

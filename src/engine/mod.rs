@@ -3,6 +3,7 @@
 
 mod output;
 mod pool;
+mod record;
 mod report;
 mod run;
 mod trace;
@@ -16,10 +17,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::audit::AuditLog;
 use crate::config::ExecutionConfig;
 use crate::registry::Registry;
 use pool::RunnerPool;
-pub use report::RunReport;
+pub use record::RunRecord;
+pub use report::{Outcome, RunReport};
 
 /// How long the first run after start-up waits for servers that are still connecting.
 pub const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(15);
@@ -38,6 +41,15 @@ impl Probed {
     }
 }
 
+/// Who asked for a run, and how to reach them while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// Names the client in the run's record: an HTTP session id, `stdio`, `cli`.
+    pub session: String,
+    /// The client's cancellation of this request.
+    pub cancel: CancellationToken,
+}
+
 pub struct Engine {
     backend: Arc<dyn SandboxBackend>,
     /// The last probe's answer; a usable one is kept for good.
@@ -51,6 +63,8 @@ pub struct Engine {
     cleanups: TaskTracker,
     registry: Arc<Registry>,
     settings: ExecutionConfig,
+    /// Where each run's record is appended, if configured.
+    audit: Option<Arc<AuditLog>>,
 }
 
 impl Engine {
@@ -66,7 +80,14 @@ impl Engine {
             cleanups: TaskTracker::new(),
             registry,
             settings,
+            audit: None,
         }
+    }
+
+    /// Appends a record of every run to `audit`.
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
     }
 
     pub fn settings(&self) -> &ExecutionConfig {
@@ -105,19 +126,35 @@ impl Engine {
         self.backend.shutdown().await;
     }
 
-    /// Runs `code` to the end, a failure, the time limit, or `cancel`.
-    pub async fn execute(&self, code: &str, cancel: CancellationToken) -> RunReport {
+    /// Runs `code` to the end, a failure, the time limit, or the caller's cancel; logs one line about it and
+    /// appends its record to the audit file.
+    pub async fn execute(&self, code: &str, caller: Caller) -> RunReport {
         let _running = self.runs.token();
-        let stopped =
-            || RunReport::failed("ExecutionError: the server is shutting down; the run was not started".into());
+        let started = record::Started::now(&caller.session);
+        let report = self.run(code, caller.cancel).await;
+        let record = started.finish(code, self.backend.kind().resolve_auto(), &report, self.settings.trace);
+        record.log();
+        if let Some(audit) = &self.audit {
+            audit.append(&record);
+        }
+        report
+    }
+
+    async fn run(&self, code: &str, cancel: CancellationToken) -> RunReport {
+        let stopped = || {
+            RunReport::failed(
+                Outcome::Killed,
+                "ExecutionError: the server is shutting down; the run was not started".into(),
+            )
+        };
         if self.stopping.is_cancelled() {
             return stopped();
         }
         if let Availability::Unavailable { reason } = self.availability().await {
-            return RunReport::failed(format!(
-                "SandboxError: the '{}' sandbox is unavailable: {reason}",
-                self.backend.kind()
-            ));
+            return RunReport::failed(
+                Outcome::Sandbox,
+                format!("SandboxError: the '{}' sandbox is unavailable: {reason}", self.backend.kind()),
+            );
         }
         let deadline = tokio::time::Instant::now() + self.settings.timeout();
         let preparing = async {
@@ -129,7 +166,7 @@ impl Engine {
         };
         let runner = match runner {
             Ok(runner) => runner,
-            Err(error) => return RunReport::failed(error),
+            Err(error) => return RunReport::failed(Outcome::Sandbox, error),
         };
         let context = run::RunContext {
             registry: &self.registry,

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
-use super::report::RunReport;
+use super::report::{Outcome, RunReport};
 use super::trace::{Trace, shorten};
 use crate::config::ExecutionConfig;
 use crate::lines::Line;
@@ -232,7 +232,7 @@ impl<'a> RunState<'a> {
                  (max_tool_result_bytes, at most 16 MiB); pass a reference (a path, an id) instead of the data",
                 max_arguments(self.settings)
             );
-            trace.finish(index, Some(error.clone()), Instant::now());
+            trace.finish(index, Err(error.clone()), Instant::now());
             drop(trace);
             self.reply(ToRunner::failure(id, &error).to_line());
             return Ok(());
@@ -250,7 +250,8 @@ impl<'a> RunState<'a> {
             };
             // Recorded before the program can see the result: a call it got an answer to is never reported
             // as cancelled.
-            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, result.err(), Instant::now());
+            let ended = result.map(|value| value.get().len());
+            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, ended, Instant::now());
             let _ = lines_tx.send(line).await;
         });
         Ok(())
@@ -273,6 +274,13 @@ impl<'a> RunState<'a> {
             String::new()
         };
         let budget = settings.max_output_bytes;
+        let outcome = match (&ending, &self.error) {
+            (Ending::Done(None), None) => Outcome::Ok,
+            (Ending::Timeout, _) => Outcome::Timeout,
+            (Ending::Cancelled, _) => Outcome::Cancelled,
+            (Ending::Stopped, _) => Outcome::Killed,
+            _ => Outcome::Error,
+        };
         let error = match ending {
             Ending::Done(None) => self.error,
             Ending::Done(Some(error)) if error.message.trim().is_empty() => Some(shorten(&error.kind, MAX_ERROR_KIND)),
@@ -296,7 +304,7 @@ impl<'a> RunState<'a> {
         // reply stays within max_output_bytes and a small margin whatever the program does.
         let taken = error.as_ref().map_or(0, String::len) + self.result.as_ref().map_or(0, json_size);
         let output = self.output.finish(budget.saturating_sub(taken));
-        RunReport { output, result: self.result, error, trace }
+        RunReport { outcome, output, result: self.result, error, trace }
     }
 }
 

@@ -6,6 +6,7 @@ mod harness;
 
 mod common;
 
+mod audit;
 mod channel;
 mod cli;
 mod docker;
@@ -14,6 +15,7 @@ mod escape;
 mod execute;
 mod pool;
 mod registry;
+mod shell;
 mod thirdparty;
 mod transports;
 
