@@ -35,13 +35,16 @@ pub struct App {
 }
 
 impl App {
-    /// Starts connecting the servers in the background and prepares the engine (on a tokio runtime).
-    pub fn start(config: &Config) -> Result<App, StartError> {
+    /// Starts connecting the servers in the background and prepares the engine (on a tokio runtime), with
+    /// at most `run_limit` programs running at once if given.
+    pub fn start(config: &Config, run_limit: Option<usize>) -> Result<App, StartError> {
         let settings = backend_settings(config)?;
         let audit = AuditLog::open(&config.logging)?.map(Arc::new);
         let registry = Registry::start(config).map_err(StartError::Config)?;
         let backend = ptc_backends::select(config.execution.sandbox, &settings);
-        let engine = Engine::new(backend, Arc::clone(&registry), config.execution.clone()).with_audit(audit.clone());
+        let engine = Engine::new(backend, Arc::clone(&registry), config.execution.clone())
+            .with_audit(audit.clone())
+            .with_run_limit(run_limit);
         let longest_connect = config.servers.iter().map(|s| s.connect_timeout()).max().unwrap_or_default();
         Ok(App { registry, engine: Arc::new(engine), audit, longest_connect })
     }

@@ -32,8 +32,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve MCP on stdio (the default).
-    Serve,
+    /// Serve MCP: on stdio (the default), or with --http as streamable HTTP at http://ADDR:PORT/mcp for
+    /// several clients (see serve.http in the config: token, allowed_origins, max_concurrent_runs).
+    Serve {
+        /// Listen on this address, e.g. 127.0.0.1:8765. Any address but loopback needs serve.http.token.
+        #[arg(long, value_name = "ADDR:PORT")]
+        http: Option<std::net::SocketAddr>,
+    },
     /// Validate the config, probe the sandbox and connect every server (waiting up to its
     /// connect_timeout_seconds); print one row per server. Exit status 0 only when all is well, else 1.
     Check,
@@ -82,7 +87,8 @@ fn main() -> ExitCode {
     }
     let code = runtime.block_on(async {
         match cli.command {
-            None | Some(Command::Serve) => serve::serve_stdio(config, source).await,
+            None | Some(Command::Serve { http: None }) => serve::serve_stdio(config, source).await,
+            Some(Command::Serve { http: Some(addr) }) => serve::serve_http(config, source, addr).await,
             Some(Command::Check) => cli::check(&config, &source).await,
             Some(Command::Tools { query, signatures, json }) => {
                 cli::tools(&config, &ToolsArgs { query, signatures, json }).await

@@ -12,7 +12,7 @@ use super::{CONFIG_ERROR, FAILURE, SUCCESS};
 /// status 0 only when the sandbox can run programs and every server connected without tool collisions.
 pub async fn check(config: &Config, source: &ConfigSource) -> u8 {
     println!("config   {}: valid", source.describe());
-    let app = match App::start(config) {
+    let app = match App::start(config, None) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("ptc-mcp: {e}");

@@ -21,7 +21,7 @@ pub async fn run(config: &Config, file: &Path) -> u8 {
             return CONFIG_ERROR;
         }
     };
-    let app = match App::start(config) {
+    let app = match App::start(config, None) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("ptc-mcp: {e}");

@@ -22,7 +22,7 @@ pub async fn tools(config: &Config, args: &ToolsArgs) -> u8 {
         );
         return CONFIG_ERROR;
     }
-    let app = match App::start(config) {
+    let app = match App::start(config, None) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("ptc-mcp: {e}");

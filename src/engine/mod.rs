@@ -1,6 +1,7 @@
 //! Running one program: start a runner in the configured sandbox, hand it the program, serve its tool
 //! calls and helpers through the registry, and enforce every budget and limit here in the server.
 
+mod gate;
 mod output;
 mod pool;
 mod record;
@@ -65,6 +66,8 @@ pub struct Engine {
     settings: ExecutionConfig,
     /// Where each run's record is appended, if configured.
     audit: Option<Arc<AuditLog>>,
+    /// The bound on runs at once, if any.
+    gate: Option<gate::RunGate>,
 }
 
 impl Engine {
@@ -81,7 +84,14 @@ impl Engine {
             registry,
             settings,
             audit: None,
+            gate: None,
         }
+    }
+
+    /// Lets at most `limit` programs run at once; more wait for a slot (see [`gate`]).
+    pub fn with_run_limit(mut self, limit: Option<usize>) -> Self {
+        self.gate = limit.map(gate::RunGate::new);
+        self
     }
 
     /// Appends a record of every run to `audit`.
@@ -150,6 +160,13 @@ impl Engine {
         if self.stopping.is_cancelled() {
             return stopped();
         }
+        let _slot = match &self.gate {
+            Some(gate) => match gate.enter(self.settings.timeout(), &cancel, &self.stopping).await {
+                Ok(slot) => Some(slot),
+                Err(refused) => return refused,
+            },
+            None => None,
+        };
         if let Availability::Unavailable { reason } = self.availability().await {
             return RunReport::failed(
                 Outcome::Sandbox,

@@ -1,10 +1,13 @@
-//! Serving MCP: on stdio (one client), and what every way of serving shares: the start-up line, stopping
+//! Serving MCP: on stdio (one client) or streamable HTTP (several), and what every way of serving shares: the start-up line, stopping
 //! on SIGTERM or SIGINT, and reopening the audit file on SIGHUP.
 
+mod guard;
+mod http;
 mod stdio;
 
 use std::sync::Arc;
 
+pub use http::serve_http;
 pub use stdio::serve_stdio;
 
 use crate::app::App;

@@ -8,7 +8,7 @@ use crate::server::PtcServer;
 
 /// Serves one client on stdin/stdout; returns the exit status once everything is stopped.
 pub async fn serve_stdio(config: Config, source: ConfigSource) -> u8 {
-    let app = match App::start(&config) {
+    let app = match App::start(&config, None) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("ptc-mcp: {e}");

@@ -13,6 +13,7 @@ mod docker;
 mod downstreams;
 mod escape;
 mod execute;
+mod http;
 mod pool;
 mod registry;
 mod shell;
