@@ -19,7 +19,7 @@ use crate::common::*;
 const TOKEN: &str = "test-token-0123456789";
 
 /// A `ptc-mcp serve --http` on a loopback port, with its config and temp dir.
-struct HttpPtc {
+pub struct HttpPtc {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
@@ -28,7 +28,7 @@ struct HttpPtc {
 impl HttpPtc {
     /// Starts the server with `config_text` plus `serve.http` keys (`http_keys`, indented under `http:`),
     /// and waits until it accepts connections.
-    async fn start(config_text: &str, http_keys: &str) -> HttpPtc {
+    pub async fn start(config_text: &str, http_keys: &str) -> HttpPtc {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, format!("{config_text}serve:\n  http:\n{http_keys}")).unwrap();
@@ -51,7 +51,7 @@ impl HttpPtc {
         HttpPtc { child, port, dir }
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 

@@ -9,6 +9,7 @@ mod common;
 mod audit;
 mod channel;
 mod cli;
+mod conformance;
 mod docker;
 mod downstreams;
 mod escape;
