@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod lines;
 pub mod naming;
+pub mod progress;
 pub mod registry;
 pub mod serve;
 pub mod server;

@@ -12,6 +12,7 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 
 use crate::engine::{Caller, Engine};
+use crate::progress::Reporter;
 use crate::registry::Registry;
 
 pub const LIST_TOOL: &str = "list_callable_tools";
@@ -67,8 +68,12 @@ impl PtcServer {
                 "execute_program needs code: the Python program to run, as a string",
             )]);
         };
-        let caller = Caller { session: session_of(context), cancel: context.ct.clone() };
+        let (progress, reporter) = Reporter::start(context).unzip();
+        let caller = Caller { session: session_of(context), cancel: context.ct.clone(), progress };
         let report = self.engine.execute(code, caller).await;
+        if let Some(reporter) = reporter {
+            reporter.finish().await;
+        }
         let text = report.text(self.engine.settings().trace);
         let mut result = if report.ok() {
             CallToolResult::success(vec![ContentBlock::text(text)])

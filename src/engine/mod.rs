@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptc_backends::{Availability, SandboxBackend, SpawnRequest};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -49,6 +49,15 @@ pub struct Caller {
     pub session: String,
     /// The client's cancellation of this request.
     pub cancel: CancellationToken,
+    /// Told each time a tool call finishes, if the client wants progress.
+    pub progress: Option<watch::Sender<RunProgress>>,
+}
+
+/// How far a run is: tool calls finished so far (never decreasing), and the last one's tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunProgress {
+    pub finished: u64,
+    pub last_tool: String,
 }
 
 pub struct Engine {
@@ -141,7 +150,7 @@ impl Engine {
     pub async fn execute(&self, code: &str, caller: Caller) -> RunReport {
         let _running = self.runs.token();
         let started = record::Started::now(&caller.session);
-        let report = self.run(code, caller.cancel).await;
+        let report = self.run(code, caller.cancel, caller.progress).await;
         let record = started.finish(code, self.backend.kind().resolve_auto(), &report, self.settings.trace);
         record.log();
         if let Some(audit) = &self.audit {
@@ -150,7 +159,12 @@ impl Engine {
         report
     }
 
-    async fn run(&self, code: &str, cancel: CancellationToken) -> RunReport {
+    async fn run(
+        &self,
+        code: &str,
+        cancel: CancellationToken,
+        progress: Option<watch::Sender<RunProgress>>,
+    ) -> RunReport {
         let stopped = || {
             RunReport::failed(
                 Outcome::Killed,
@@ -191,6 +205,7 @@ impl Engine {
             code,
             deadline,
             cancel,
+            progress,
             stopping: &self.stopping,
             cleanups: &self.cleanups,
         };

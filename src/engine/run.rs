@@ -10,11 +10,12 @@ use ptc_backends::protocol::{FromRunner, ProgramError, ToRunner};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::RunProgress;
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport};
@@ -49,6 +50,8 @@ pub(super) struct RunContext<'a> {
     pub deadline: tokio::time::Instant,
     /// The client's cancellation of this request.
     pub cancel: CancellationToken,
+    /// Told each time a tool call finishes.
+    pub progress: Option<watch::Sender<RunProgress>>,
     /// The server is shutting down.
     pub stopping: &'a CancellationToken,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
@@ -152,6 +155,7 @@ struct RunState<'a> {
     error: Option<String>,
     /// Shared with the call tasks, which record a call's end before its result is handed to the program.
     trace: Arc<Mutex<Trace>>,
+    progress: Option<watch::Sender<RunProgress>>,
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
     slots: Arc<Semaphore>,
@@ -167,6 +171,7 @@ impl<'a> RunState<'a> {
             result: None,
             error: None,
             trace: Arc::default(),
+            progress: cx.progress.clone(),
             work: JoinSet::new(),
             slots: Arc::new(Semaphore::new(cx.settings.max_concurrent_calls)),
         }
@@ -234,12 +239,14 @@ impl<'a> RunState<'a> {
             );
             trace.finish(index, Err(error.clone()), Instant::now());
             drop(trace);
+            report_progress(self.progress.as_ref(), &tool);
             self.reply(ToRunner::failure(id, &error).to_line());
             return Ok(());
         }
         drop(trace);
         let (registry, trace, slots, lines_tx) =
             (Arc::clone(self.registry), Arc::clone(&self.trace), Arc::clone(&self.slots), self.lines_tx.clone());
+        let progress = self.progress.clone();
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
             let _slot = slots.acquire_owned().await;
@@ -252,6 +259,7 @@ impl<'a> RunState<'a> {
             // as cancelled.
             let ended = result.map(|value| value.get().len());
             trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, ended, Instant::now());
+            report_progress(progress.as_ref(), &tool);
             let _ = lines_tx.send(line).await;
         });
         Ok(())
@@ -305,6 +313,16 @@ impl<'a> RunState<'a> {
         let taken = error.as_ref().map_or(0, String::len) + self.result.as_ref().map_or(0, json_size);
         let output = self.output.finish(budget.saturating_sub(taken));
         RunReport { outcome, output, result: self.result, error, trace }
+    }
+}
+
+/// Counts one more finished call, of `tool`, for the client's progress.
+fn report_progress(progress: Option<&watch::Sender<RunProgress>>, tool: &str) {
+    if let Some(progress) = progress {
+        progress.send_modify(|p| {
+            p.finished += 1;
+            p.last_tool = tool.to_string();
+        });
     }
 }
 

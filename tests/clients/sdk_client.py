@@ -135,7 +135,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _exercise(api: Any, session: ClientSession, code: str, report: dict[str, Any]) -> None:
+async def _exercise(
+    api: Any, session: ClientSession, code: str, report: dict[str, Any], want_progress: bool = False
+) -> None:
     """List tools, call list_callable_tools and execute_program; `api` is a Client or a ClientSession."""
     report["negotiated_version"] = session.protocol_version
     if session.initialize_result is not None:
@@ -164,8 +166,12 @@ async def _exercise(api: Any, session: ClientSession, code: str, report: dict[st
     except MCPError as exc:
         errors["list_callable_tools"] = _describe(exc)
 
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        report["progress"].append({"progress": progress, "total": total, "message": message})
+
     try:
-        run = await api.call_tool("execute_program", {"code": code})
+        run = await api.call_tool("execute_program", {"code": code},
+                                  progress_callback=on_progress if want_progress else None)
         report["execute"] = {
             "is_error": bool(run.is_error),
             "text": "\n".join(_texts(run)),
@@ -191,7 +197,7 @@ async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> N
                 read_stream, write_stream, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO
             ) as session:
                 await _pinned_initialize(session, protocol)
-                await _exercise(session, session, code, report)
+                await _exercise(session, session, code, report, args.progress)
         return
 
     if protocol == LATEST_HANDSHAKE_VERSION:
@@ -206,7 +212,7 @@ async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> N
                 f"asked for {protocol} but the SDK negotiated {client.protocol_version} "
                 f"(server/discover was not accepted at {protocol})"
             )
-        await _exercise(client, client.session, code, report)
+        await _exercise(client, client.session, code, report, args.progress)
 
 
 def main() -> int:
@@ -226,6 +232,8 @@ def main() -> int:
     parser.add_argument("--sdk-default-env", action="store_true",
                         help="give the server only the SDK's default environment (PATH, HOME, ...) "
                              "instead of this process's whole environment")
+    parser.add_argument("--progress", action="store_true",
+                        help="ask for progress on execute_program; notifications go to \"progress\"")
     parser.add_argument("--url", help="connect over streamable HTTP to this URL instead of starting a command")
     parser.add_argument("--header", action="append", default=[],
                         help="with --url: an HTTP header sent with every request, as 'Name: value'")
@@ -249,6 +257,7 @@ def main() -> int:
         "callable": None,
         "callable_extra": [],
         "execute": None,
+        "progress": [],
         "errors": {},
     }
 

@@ -16,6 +16,7 @@ mod escape;
 mod execute;
 mod http;
 mod pool;
+mod progress;
 mod registry;
 mod shell;
 mod thirdparty;
