@@ -8,7 +8,7 @@ use ptc_backends::BackendSettings;
 
 use crate::audit::AuditLog;
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::engine::{ConfirmPolicy, Engine};
 use crate::registry::Registry;
 
 /// How long the sandbox backend may take to clean up when the server stops.
@@ -41,10 +41,15 @@ impl App {
         let settings = backend_settings(config)?;
         let audit = AuditLog::open(&config.logging)?.map(Arc::new);
         let registry = Registry::start(config).map_err(StartError::Config)?;
+        let confirm = match config.tools.confirm_set().map_err(StartError::Config)? {
+            tools if tools.is_empty() => None,
+            tools => Some(ConfirmPolicy { tools, timeout: config.tools.confirm_timeout() }),
+        };
         let backend = ptc_backends::select(config.execution.sandbox, &settings);
         let engine = Engine::new(backend, Arc::clone(&registry), config.execution.clone())
             .with_audit(audit.clone())
-            .with_run_limit(run_limit);
+            .with_run_limit(run_limit)
+            .with_confirm(confirm);
         let longest_connect = config.servers.iter().map(|s| s.connect_timeout()).max().unwrap_or_default();
         Ok(App { registry, engine: Arc::new(engine), audit, longest_connect })
     }

@@ -6,6 +6,7 @@ pub mod app;
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod elicit;
 pub mod engine;
 pub mod lines;
 pub mod naming;

@@ -69,7 +69,12 @@ impl PtcServer {
             )]);
         };
         let (progress, reporter) = Reporter::start(context).unzip();
-        let caller = Caller { session: session_of(context), cancel: context.ct.clone(), progress };
+        let caller = Caller {
+            session: session_of(context),
+            cancel: context.ct.clone(),
+            progress,
+            approver: Some(crate::elicit::approver_for(context)),
+        };
         let report = self.engine.execute(code, caller).await;
         if let Some(reporter) = reporter {
             reporter.finish().await;

@@ -30,8 +30,9 @@ pub async fn run(config: &Config, file: &Path) -> u8 {
     };
     app.wait_for_servers().await;
     let cancel = CancellationToken::new();
-    let execute =
-        app.engine.execute(&code, Caller { session: "cli".to_string(), cancel: cancel.clone(), progress: None });
+    let execute = app
+        .engine
+        .execute(&code, Caller { session: "cli".to_string(), cancel: cancel.clone(), progress: None, approver: None });
     tokio::pin!(execute);
     let report = tokio::select! {
         report = &mut execute => report,

@@ -118,13 +118,23 @@ impl Scalar {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
     /// Glob patterns on namespaced names; only matching tools are callable.
     pub allow: Option<Vec<String>>,
     /// Glob patterns on namespaced names; matching tools are hidden.
     pub block: Option<Vec<String>>,
+    /// Glob patterns on namespaced names; a program's call to a matching tool waits for the user's approval.
+    pub confirm: Vec<String>,
+    /// How long a call waits for that approval.
+    pub confirm_timeout_seconds: f64,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig { allow: None, block: None, confirm: Vec::new(), confirm_timeout_seconds: 300.0 }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -255,6 +265,8 @@ impl Config {
             return Err("tools: 'allow' and 'block' are mutually exclusive; use one of them".to_string());
         }
         self.tools.filter()?;
+        self.tools.confirm_set()?;
+        check_seconds("tools.confirm_timeout_seconds", self.tools.confirm_timeout_seconds)?;
         self.execution.validate()?;
         self.serve.http.validate()?;
         self.logging.validate()
@@ -386,21 +398,32 @@ impl ToolFilter {
 }
 
 impl ToolsConfig {
+    /// The tools whose calls need the user's approval (`tools.confirm`).
+    pub fn confirm_set(&self) -> Result<GlobSet, String> {
+        globs("confirm", &self.confirm)
+    }
+
+    pub fn confirm_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.confirm_timeout_seconds)
+    }
+
     pub fn filter(&self) -> Result<ToolFilter, String> {
-        let build = |key: &str, patterns: &[String]| {
-            let mut builder = GlobSetBuilder::new();
-            for (i, pattern) in patterns.iter().enumerate() {
-                let glob = Glob::new(pattern).map_err(|e| format!("tools.{key}[{i}]: bad glob '{pattern}': {e}"))?;
-                builder.add(glob);
-            }
-            builder.build().map_err(|e| format!("tools.{key}: {e}"))
-        };
         match (&self.allow, &self.block) {
-            (Some(allow), _) => Ok(ToolFilter::Allow(build("allow", allow)?)),
-            (None, Some(block)) => Ok(ToolFilter::Block(build("block", block)?)),
+            (Some(allow), _) => Ok(ToolFilter::Allow(globs("allow", allow)?)),
+            (None, Some(block)) => Ok(ToolFilter::Block(globs("block", block)?)),
             (None, None) => Ok(ToolFilter::All),
         }
     }
+}
+
+/// The glob patterns under `tools.<key>`, compiled; the error names the pattern.
+fn globs(key: &str, patterns: &[String]) -> Result<GlobSet, String> {
+    let mut builder = GlobSetBuilder::new();
+    for (i, pattern) in patterns.iter().enumerate() {
+        let glob = Glob::new(pattern).map_err(|e| format!("tools.{key}[{i}]: bad glob '{pattern}': {e}"))?;
+        builder.add(glob);
+    }
+    builder.build().map_err(|e| format!("tools.{key}: {e}"))
 }
 
 impl ExecutionConfig {

@@ -273,3 +273,24 @@ fn serve_and_logging_errors_name_the_key_and_never_the_token() {
         assert!(!err.contains("secret"), "{err}");
     }
 }
+
+#[test]
+fn confirm_takes_globs_and_a_timeout() {
+    let config = parse("").unwrap();
+    assert!(config.tools.confirm.is_empty());
+    assert_eq!(config.tools.confirm_timeout(), Duration::from_secs(300));
+    let config = parse("tools:\n  confirm: [\"mcp__*__delete_*\"]\n  confirm_timeout_seconds: 30\n").unwrap();
+    let set = config.tools.confirm_set().unwrap();
+    assert!(set.is_match("mcp__db__delete_rows") && !set.is_match("mcp__db__query"));
+    assert_eq!(config.tools.confirm_timeout(), Duration::from_secs(30));
+    for (text, expected) in [
+        ("tools:\n  confirm: [\"a[\"]\n", "tools.confirm[0]: bad glob 'a['"),
+        (
+            "tools:\n  confirm_timeout_seconds: 0\n",
+            "tools.confirm_timeout_seconds: must be a number of seconds above 0",
+        ),
+    ] {
+        let err = parse(text).unwrap_err();
+        assert!(err.starts_with(expected), "got {err:?}, expected {expected:?}");
+    }
+}

@@ -1,6 +1,8 @@
 //! Running one program: start a runner in the configured sandbox, hand it the program, serve its tool
 //! calls and helpers through the registry, and enforce every budget and limit here in the server.
 
+mod approval;
+mod deadline;
 mod gate;
 mod output;
 mod pool;
@@ -21,6 +23,7 @@ use tokio_util::task::TaskTracker;
 use crate::audit::AuditLog;
 use crate::config::ExecutionConfig;
 use crate::registry::Registry;
+pub use approval::{ApprovalRequest, Approver, ConfirmPolicy};
 use pool::RunnerPool;
 pub use record::RunRecord;
 pub use report::{Outcome, RunReport};
@@ -51,6 +54,14 @@ pub struct Caller {
     pub cancel: CancellationToken,
     /// Told each time a tool call finishes, if the client wants progress.
     pub progress: Option<watch::Sender<RunProgress>>,
+    /// Asks the person behind the client to approve calls of `tools.confirm` (`None`: nobody can be asked).
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+impl std::fmt::Debug for dyn Approver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Approver")
+    }
 }
 
 /// How far a run is: tool calls finished so far (never decreasing), and the last one's tool.
@@ -77,6 +88,8 @@ pub struct Engine {
     audit: Option<Arc<AuditLog>>,
     /// The bound on runs at once, if any.
     gate: Option<gate::RunGate>,
+    /// The calls that need approval, if any.
+    confirm: Option<ConfirmPolicy>,
 }
 
 impl Engine {
@@ -94,7 +107,14 @@ impl Engine {
             settings,
             audit: None,
             gate: None,
+            confirm: None,
         }
+    }
+
+    /// Makes calls of the policy's tools wait for the user's approval.
+    pub fn with_confirm(mut self, confirm: Option<ConfirmPolicy>) -> Self {
+        self.confirm = confirm;
+        self
     }
 
     /// Lets at most `limit` programs run at once; more wait for a slot (see [`gate`]).
@@ -150,7 +170,7 @@ impl Engine {
     pub async fn execute(&self, code: &str, caller: Caller) -> RunReport {
         let _running = self.runs.token();
         let started = record::Started::now(&caller.session);
-        let report = self.run(code, caller.cancel, caller.progress).await;
+        let report = self.run(code, caller.cancel, caller.progress, caller.approver).await;
         let record = started.finish(code, self.backend.kind().resolve_auto(), &report, self.settings.trace);
         record.log();
         if let Some(audit) = &self.audit {
@@ -164,6 +184,7 @@ impl Engine {
         code: &str,
         cancel: CancellationToken,
         progress: Option<watch::Sender<RunProgress>>,
+        approver: Option<Arc<dyn Approver>>,
     ) -> RunReport {
         let stopped = || {
             RunReport::failed(
@@ -203,9 +224,10 @@ impl Engine {
             registry: &self.registry,
             settings: &self.settings,
             code,
-            deadline,
+            deadline: deadline::Deadline::new(deadline),
             cancel,
             progress,
+            approval: self.confirm.clone().map(|policy| (policy, approver)),
             stopping: &self.stopping,
             cleanups: &self.cleanups,
         };

@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::RunProgress;
+use super::approval::{self, ApprovalRequest, Approver, ConfirmPolicy};
+use super::deadline::Deadline;
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport};
@@ -47,11 +49,14 @@ pub(super) struct RunContext<'a> {
     pub registry: &'a Arc<Registry>,
     pub settings: &'a ExecutionConfig,
     pub code: &'a str,
-    pub deadline: tokio::time::Instant,
+    /// The time limit, which stands still while an approval is awaited.
+    pub deadline: Deadline,
     /// The client's cancellation of this request.
     pub cancel: CancellationToken,
     /// Told each time a tool call finishes.
     pub progress: Option<watch::Sender<RunProgress>>,
+    /// Which calls need approval, and who is asked.
+    pub approval: Option<(ConfirmPolicy, Option<Arc<dyn Approver>>)>,
     /// The server is shutting down.
     pub stopping: &'a CancellationToken,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
@@ -96,7 +101,7 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
             biased;
             () = cx.cancel.cancelled() => break Ending::Cancelled,
             () = cx.stopping.cancelled() => break Ending::Stopped,
-            () = tokio::time::sleep_until(cx.deadline) => break Ending::Timeout,
+            () = cx.deadline.expired() => break Ending::Timeout,
             Some(_) = run.work.join_next(), if !run.work.is_empty() => {}
             info = control.wait(), if exited.is_none() => {
                 if !channel_open {
@@ -156,6 +161,8 @@ struct RunState<'a> {
     /// Shared with the call tasks, which record a call's end before its result is handed to the program.
     trace: Arc<Mutex<Trace>>,
     progress: Option<watch::Sender<RunProgress>>,
+    approval: Option<Arc<(ConfirmPolicy, Option<Arc<dyn Approver>>)>>,
+    deadline: Deadline,
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
     slots: Arc<Semaphore>,
@@ -172,6 +179,8 @@ impl<'a> RunState<'a> {
             error: None,
             trace: Arc::default(),
             progress: cx.progress.clone(),
+            approval: cx.approval.clone().map(Arc::new),
+            deadline: cx.deadline.clone(),
             work: JoinSet::new(),
             slots: Arc::new(Semaphore::new(cx.settings.max_concurrent_calls)),
         }
@@ -200,7 +209,7 @@ impl<'a> RunState<'a> {
                     self.result = Some(value);
                 }
             }
-            FromRunner::Call { id, tool, args } => self.call(id, tool, args)?,
+            FromRunner::Call { id, tool, args, line } => self.call(id, tool, args, line)?,
             FromRunner::Helper { id, name, args } => {
                 let line = match helper(self.registry, &name, &args) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
@@ -214,7 +223,7 @@ impl<'a> RunState<'a> {
         Ok(())
     }
 
-    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>) -> Result<(), String> {
+    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>, line: Option<u32>) -> Result<(), String> {
         if tool.len() > MAX_TOOL_NAME {
             return Err(format!("a tool name of {} bytes", tool.len()));
         }
@@ -247,10 +256,27 @@ impl<'a> RunState<'a> {
         let (registry, trace, slots, lines_tx) =
             (Arc::clone(self.registry), Arc::clone(&self.trace), Arc::clone(&self.slots), self.lines_tx.clone());
         let progress = self.progress.clone();
+        let approval = self.approval.clone().filter(|approval| approval.0.tools.is_match(&tool));
+        let deadline = self.deadline.clone();
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
-            let _slot = slots.acquire_owned().await;
-            let result = registry.call(&tool, args, timeout, max_result).await;
+            let approved = match &approval {
+                Some(approval) => {
+                    let (policy, approver) = approval.as_ref();
+                    let request = ApprovalRequest { tool: tool.clone(), arguments: args.clone(), line };
+                    // The run's time limit stands still while a person decides.
+                    let _paused = deadline.pause();
+                    approval::ask(policy, approver.as_ref(), &request).await
+                }
+                None => Ok(()),
+            };
+            let result = match approved {
+                Ok(()) => {
+                    let _slot = slots.acquire_owned().await;
+                    registry.call(&tool, args, timeout, max_result).await
+                }
+                Err(refused) => Err(refused),
+            };
             let line = match &result {
                 Ok(value) => ToRunner::success(id, value).to_line(),
                 Err(error) => ToRunner::failure(id, error).to_line(),

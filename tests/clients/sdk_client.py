@@ -181,6 +181,20 @@ async def _exercise(
         errors["execute_program"] = _describe(exc)
 
 
+def _elicitation_callback(args: argparse.Namespace, report: dict[str, Any]) -> Any:
+    """With --elicit ANSWER: answers every elicitation with ANSWER (after --elicit-delay seconds) and records
+    its message under "elicitations"; without it, None (the client does not declare elicitation)."""
+    if args.elicit is None:
+        return None
+
+    async def answer(context: Any, params: Any) -> types.ElicitResult:
+        report["elicitations"].append(getattr(params, "message", None))
+        await anyio.sleep(args.elicit_delay)
+        return types.ElicitResult(action=args.elicit, content={} if args.elicit == "accept" else None)
+
+    return answer
+
+
 async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> None:
     if args.url:
         headers = dict(header.split(":", 1) for header in args.header)
@@ -194,7 +208,8 @@ async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> N
     if protocol in HANDSHAKE_PROTOCOL_VERSIONS and protocol != LATEST_HANDSHAKE_VERSION:
         async with transport as (read_stream, write_stream):
             async with ClientSession(
-                read_stream, write_stream, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO
+                read_stream, write_stream, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO,
+                elicitation_callback=_elicitation_callback(args, report),
             ) as session:
                 await _pinned_initialize(session, protocol)
                 await _exercise(session, session, code, report, args.progress)
@@ -206,7 +221,8 @@ async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> N
         mode = protocol
     else:
         mode = "auto"
-    async with Client(transport, mode=mode, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO) as client:
+    async with Client(transport, mode=mode, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO,
+                      elicitation_callback=_elicitation_callback(args, report)) as client:
         if protocol in MODERN_PROTOCOL_VERSIONS and client.protocol_version != protocol:
             report["errors"]["connect"] = (
                 f"asked for {protocol} but the SDK negotiated {client.protocol_version} "
@@ -232,6 +248,10 @@ def main() -> int:
     parser.add_argument("--sdk-default-env", action="store_true",
                         help="give the server only the SDK's default environment (PATH, HOME, ...) "
                              "instead of this process's whole environment")
+    parser.add_argument("--elicit", choices=("accept", "decline", "cancel"),
+                        help="declare elicitation and answer every request so; messages go to \"elicitations\"")
+    parser.add_argument("--elicit-delay", type=float, default=0.0,
+                        help="with --elicit: seconds to wait before answering (a person thinking)")
     parser.add_argument("--progress", action="store_true",
                         help="ask for progress on execute_program; notifications go to \"progress\"")
     parser.add_argument("--url", help="connect over streamable HTTP to this URL instead of starting a command")
@@ -258,6 +278,7 @@ def main() -> int:
         "callable_extra": [],
         "execute": None,
         "progress": [],
+        "elicitations": [],
         "errors": {},
     }
 

@@ -6,6 +6,7 @@ mod harness;
 
 mod common;
 
+mod approval;
 mod audit;
 mod channel;
 mod cli;
