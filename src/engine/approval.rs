@@ -41,8 +41,25 @@ pub trait Approver: Send + Sync {
     async fn approve(&self, request: &ApprovalRequest) -> Result<(), String>;
 }
 
-/// Asks `approver` (`None`: nobody can be asked) within the policy's timeout.
-pub async fn ask(
+/// The approval rules of one run: the policy, and who can be asked (`None`: nobody).
+#[derive(Clone)]
+pub struct Approval {
+    pub policy: ConfirmPolicy,
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+impl Approval {
+    pub fn needed_for(&self, tool: &str) -> bool {
+        self.policy.tools.is_match(tool)
+    }
+
+    /// Asks the approver within the policy's timeout.
+    pub async fn ask(&self, request: &ApprovalRequest) -> Result<(), String> {
+        ask(&self.policy, self.approver.as_ref(), request).await
+    }
+}
+
+async fn ask(
     policy: &ConfirmPolicy,
     approver: Option<&Arc<dyn Approver>>,
     request: &ApprovalRequest,

@@ -227,7 +227,7 @@ impl Engine {
             deadline: deadline::Deadline::new(deadline),
             cancel,
             progress,
-            approval: self.confirm.clone().map(|policy| (policy, approver)),
+            approval: self.confirm.clone().map(|policy| approval::Approval { policy, approver }),
             stopping: &self.stopping,
             cleanups: &self.cleanups,
         };

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::RunProgress;
-use super::approval::{self, ApprovalRequest, Approver, ConfirmPolicy};
+use super::approval::{Approval, ApprovalRequest};
 use super::deadline::Deadline;
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
@@ -56,7 +56,7 @@ pub(super) struct RunContext<'a> {
     /// Told each time a tool call finishes.
     pub progress: Option<watch::Sender<RunProgress>>,
     /// Which calls need approval, and who is asked.
-    pub approval: Option<(ConfirmPolicy, Option<Arc<dyn Approver>>)>,
+    pub approval: Option<Approval>,
     /// The server is shutting down.
     pub stopping: &'a CancellationToken,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
@@ -161,7 +161,7 @@ struct RunState<'a> {
     /// Shared with the call tasks, which record a call's end before its result is handed to the program.
     trace: Arc<Mutex<Trace>>,
     progress: Option<watch::Sender<RunProgress>>,
-    approval: Option<Arc<(ConfirmPolicy, Option<Arc<dyn Approver>>)>>,
+    approval: Option<Arc<Approval>>,
     deadline: Deadline,
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
@@ -256,17 +256,16 @@ impl<'a> RunState<'a> {
         let (registry, trace, slots, lines_tx) =
             (Arc::clone(self.registry), Arc::clone(&self.trace), Arc::clone(&self.slots), self.lines_tx.clone());
         let progress = self.progress.clone();
-        let approval = self.approval.clone().filter(|approval| approval.0.tools.is_match(&tool));
+        let approval = self.approval.clone().filter(|approval| approval.needed_for(&tool));
         let deadline = self.deadline.clone();
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
             let approved = match &approval {
                 Some(approval) => {
-                    let (policy, approver) = approval.as_ref();
                     let request = ApprovalRequest { tool: tool.clone(), arguments: args.clone(), line };
                     // The run's time limit stands still while a person decides.
                     let _paused = deadline.pause();
-                    approval::ask(policy, approver.as_ref(), &request).await
+                    approval.ask(&request).await
                 }
                 None => Ok(()),
             };

@@ -96,14 +96,13 @@ pub async fn serve_http(config: Config, source: ConfigSource, addr: SocketAddr) 
         }
     }
     drop(listener);
-    // Runs are stopped first and answered over the connections still open; then the MCP sessions and the
-    // connections are closed, and the downstream servers stopped.
-    app.engine.shutdown().await;
+    // Runs are stopped first and answered over the connections still open, and the downstream servers
+    // stopped; then the MCP sessions and the connections are closed.
+    app.shutdown().await;
     stop_mcp.cancel();
     if tokio::time::timeout(CLOSE_GRACE, connections.shutdown()).await.is_err() {
         tracing::debug!("some HTTP connections were still open after {}s", CLOSE_GRACE.as_secs());
     }
-    app.shutdown().await;
     0
 }
 

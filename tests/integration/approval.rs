@@ -87,9 +87,9 @@ async fn a_client_without_elicitation_is_told_to_enable_it_or_call_the_tool_dire
 
 #[apply(integration_test!)]
 async fn the_time_limit_stands_still_while_the_user_thinks_and_the_wait_is_bounded() {
-    // The person takes 4 s; the run may use 3 s: it succeeds, since the wait does not count.
-    let slow = confirm_config("  timeout_seconds: 3\n", "");
-    let Some(report) = over_stdio(&slow, &["--elicit", "accept", "--elicit-delay", "4"]).await else { return };
+    // The person takes 8 s; the run may use 5 s: it succeeds, since the wait does not count.
+    let slow = confirm_config("  timeout_seconds: 5\n", "");
+    let Some(report) = over_stdio(&slow, &["--elicit", "accept", "--elicit-delay", "8"]).await else { return };
     let Some(output) = program_output(&report) else { return };
     assert_eq!(output, "sum 3\n{'v': 1}\n");
     // The wait for the person is bounded by confirm_timeout_seconds.

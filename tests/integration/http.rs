@@ -159,7 +159,8 @@ async fn the_token_origin_and_host_are_enforced() {
     let ptc = HttpPtc::start(&config(&[], ""), &keys).await;
     let bearer = format!("Bearer {TOKEN}");
     let auth = ("Authorization", bearer.as_str());
-    let cases: Vec<(&str, Vec<(&str, &str)>, u16)> = vec![
+    type Headers<'a> = Vec<(&'a str, &'a str)>;
+    let cases: Vec<(&str, Headers, u16)> = vec![
         ("no token", vec![], 401),
         ("a wrong token", vec![("Authorization", "Bearer nope")], 401),
         ("the token", vec![auth], 200),
