@@ -169,8 +169,8 @@ impl Engine {
     /// appends its record to the audit file.
     pub async fn execute(&self, code: &str, caller: Caller) -> RunReport {
         let _running = self.runs.token();
-        let started = record::Started::now(&caller.session);
-        let report = self.run(code, caller.cancel, caller.progress, caller.approver).await;
+        let started = record::Started::now(caller.session.clone());
+        let report = self.run(code, caller).await;
         let record = started.finish(code, self.backend.kind().resolve_auto(), &report, self.settings.trace);
         record.log();
         if let Some(audit) = &self.audit {
@@ -179,13 +179,8 @@ impl Engine {
         report
     }
 
-    async fn run(
-        &self,
-        code: &str,
-        cancel: CancellationToken,
-        progress: Option<watch::Sender<RunProgress>>,
-        approver: Option<Arc<dyn Approver>>,
-    ) -> RunReport {
+    async fn run(&self, code: &str, caller: Caller) -> RunReport {
+        let Caller { cancel, progress, approver, .. } = caller;
         let stopped = || {
             RunReport::failed(
                 Outcome::Killed,

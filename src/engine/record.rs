@@ -12,20 +12,26 @@ use super::report::RunReport;
 use super::trace::CallStatus;
 use crate::config::TraceMode;
 
-/// A run under way: its id and when it started.
-pub(super) struct Started<'a> {
+/// A run under way: its id, its client and when it started.
+pub(super) struct Started {
     id: String,
-    session: &'a str,
+    session: String,
     time: SystemTime,
     at: Instant,
 }
 
-impl<'a> Started<'a> {
-    pub fn now(session: &'a str) -> Self {
+impl Started {
+    pub fn now(session: String) -> Self {
         Started { id: format!("{:016x}", fastrand::u64(..)), session, time: SystemTime::now(), at: Instant::now() }
     }
 
-    pub fn finish(self, code: &'a str, backend: SandboxKind, report: &'a RunReport, trace: TraceMode) -> RunRecord<'a> {
+    pub fn finish<'a>(
+        self,
+        code: &'a str,
+        backend: SandboxKind,
+        report: &'a RunReport,
+        trace: TraceMode,
+    ) -> RunRecord<'a> {
         RunRecord {
             duration: self.at.elapsed(),
             output_bytes: report.text(trace).len(),
@@ -39,7 +45,7 @@ impl<'a> Started<'a> {
 
 /// A finished run, as logged and audited.
 pub struct RunRecord<'a> {
-    started: Started<'a>,
+    started: Started,
     code: &'a str,
     backend: SandboxKind,
     duration: Duration,
@@ -114,7 +120,7 @@ impl RunRecord<'_> {
         let line = AuditLine {
             time: humantime::format_rfc3339_millis(self.started.time).to_string(),
             run_id: &self.started.id,
-            session: self.started.session,
+            session: &self.started.session,
             code_sha256: hex(&Sha256::digest(self.code.as_bytes())),
             code: with_code.then_some(self.code),
             backend: self.backend.name(),
@@ -145,7 +151,7 @@ mod tests {
     use crate::engine::report::Outcome;
 
     fn line(report: &RunReport, with_code: bool) -> Value {
-        let record = Started::now("s1").finish("print(1)", SandboxKind::None, report, TraceMode::Summary);
+        let record = Started::now("s1".into()).finish("print(1)", SandboxKind::None, report, TraceMode::Summary);
         let bytes = record.audit_line(with_code);
         assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 1, "one line");
         serde_json::from_slice(&bytes).unwrap()
