@@ -182,6 +182,31 @@ async fn the_token_origin_and_host_are_enforced() {
 }
 
 #[apply(integration_test!)]
+async fn a_2025_client_gets_a_session_and_sse_and_a_2026_request_a_json_answer_without_one() {
+    let ptc = HttpPtc::start(&config(&[], ""), &token_keys()).await;
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, response) = raw(ptc.port, "/mcp", &[("Authorization", &bearer)], INITIALIZE).await;
+    let head = response.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+    assert_eq!(status, 200);
+    assert!(head.contains("content-type: text/event-stream") && head.contains("mcp-session-id: "), "{response}");
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let headers =
+        [("Authorization", bearer.as_str()), ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/list")];
+    let (status, response) = raw(ptc.port, "/mcp", &headers, list).await;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let head = head.to_ascii_lowercase();
+    assert_eq!(status, 200, "{response}");
+    assert!(head.contains("content-type: application/json") && !head.contains("mcp-session-id"), "{response}");
+    let names: Vec<String> = serde_json::from_str::<Value>(body).unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["list_callable_tools", "inspect_tool", "execute_program"]);
+}
+
+#[apply(integration_test!)]
 async fn a_non_loopback_address_without_a_token_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(binary())
