@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod elicit;
 pub mod engine;
+pub mod input_required;
 pub mod lines;
 pub mod naming;
 pub mod progress;

@@ -25,8 +25,14 @@ pub struct Reporter {
 impl Reporter {
     /// Starts reporting if the request asked for progress; the sender goes to the engine.
     pub fn start(context: &RequestContext<RoleServer>) -> Option<(watch::Sender<RunProgress>, Reporter)> {
-        let token = context.meta.get_progress_token()?;
+        context.meta.get_progress_token()?;
         let (progress, updates) = watch::channel(RunProgress::default());
+        Some((progress, Reporter::attach(context, updates)?))
+    }
+
+    /// Reports `updates` of a run already under way to this request, if it asked for progress.
+    pub fn attach(context: &RequestContext<RoleServer>, updates: watch::Receiver<RunProgress>) -> Option<Reporter> {
+        let token = context.meta.get_progress_token()?;
         let done = CancellationToken::new();
         let peer = context.peer.clone();
         let notify = move |update: RunProgress| {
@@ -40,7 +46,7 @@ impl Reporter {
             }
         };
         let task = tokio::spawn(report(updates, done.clone(), notify));
-        Some((progress, Reporter { done, task }))
+        Some(Reporter { done, task })
     }
 
     /// Stops reporting (the run has ended) and waits until no notification is on its way.

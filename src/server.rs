@@ -11,7 +11,9 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 
-use crate::engine::{Caller, Engine};
+use crate::config::TraceMode;
+use crate::engine::{Caller, Engine, RunReport};
+use crate::input_required::{self, Parked, Resume};
 use crate::progress::Reporter;
 use crate::registry::Registry;
 
@@ -23,12 +25,20 @@ pub struct PtcServer {
     registry: Arc<Registry>,
     engine: Arc<Engine>,
     tools: Vec<Tool>,
+    /// Runs of 2026-07-28 clients waiting for an approval between requests.
+    parked: Arc<Parked>,
 }
 
 impl PtcServer {
     pub fn new(registry: Arc<Registry>, engine: Arc<Engine>) -> Self {
         let tools = tool_definitions(&engine);
-        PtcServer { registry, engine, tools }
+        PtcServer { registry, engine, tools, parked: Arc::default() }
+    }
+
+    /// Shares `parked` with other instances (over HTTP, each session and each stateless request has its own).
+    pub fn sharing(mut self, parked: Arc<Parked>) -> Self {
+        self.parked = parked;
+        self
     }
 
     async fn list_callable_tools(&self) -> CallToolResult {
@@ -62,12 +72,27 @@ impl PtcServer {
         }
     }
 
-    async fn execute_program(&self, arguments: &JsonObject, context: &RequestContext<RoleServer>) -> CallToolResult {
-        let Some(Value::String(code)) = arguments.get("code") else {
+    async fn execute_program(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let Some(Value::String(code)) = request.arguments.as_ref().and_then(|arguments| arguments.get("code")) else {
             return CallToolResult::error(vec![ContentBlock::text(
                 "execute_program needs code: the Python program to run, as a string",
-            )]);
+            )])
+            .into();
         };
+        let trace = self.engine.settings().trace;
+        if input_required::applies(context, &self.engine) {
+            let resume =
+                Resume { code, request_state: request.request_state, input_responses: request.input_responses };
+            let render = |report: &RunReport| execute_result(report, trace).into();
+            return match self.parked.execute(&self.engine, resume, session_of(context), context, render).await {
+                Ok(response) => response,
+                Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]).into(),
+            };
+        }
         let (progress, reporter) = Reporter::start(context).unzip();
         let caller = Caller {
             session: session_of(context),
@@ -79,15 +104,20 @@ impl PtcServer {
         if let Some(reporter) = reporter {
             reporter.finish().await;
         }
-        let text = report.text(self.engine.settings().trace);
-        let mut result = if report.ok() {
-            CallToolResult::success(vec![ContentBlock::text(text)])
-        } else {
-            CallToolResult::error(vec![ContentBlock::text(text)])
-        };
-        result.structured_content = Some(report.structured());
-        result
+        execute_result(&report, trace).into()
     }
+}
+
+/// The `execute_program` result: the text, and the structured content.
+fn execute_result(report: &RunReport, trace: TraceMode) -> CallToolResult {
+    let text = report.text(trace);
+    let mut result = if report.ok() {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    };
+    result.structured_content = Some(report.structured());
+    result
 }
 
 impl ServerHandler for PtcServer {
@@ -114,11 +144,13 @@ impl ServerHandler for PtcServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if request.name == EXECUTE_TOOL {
+            return Ok(self.execute_program(request, &context).await);
+        }
         let arguments = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
             LIST_TOOL => self.list_callable_tools().await,
             INSPECT_TOOL => self.inspect_tool(&arguments).await,
-            EXECUTE_TOOL => self.execute_program(&arguments, &context).await,
             other => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool '{other}'; this server has {LIST_TOOL}, {INSPECT_TOOL} and {EXECUTE_TOOL}"),

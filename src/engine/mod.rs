@@ -129,6 +129,11 @@ impl Engine {
         self
     }
 
+    /// How long a call may wait for approval, when some calls need it (`tools.confirm`).
+    pub fn confirm_timeout(&self) -> Option<Duration> {
+        self.confirm.as_ref().map(|policy| policy.timeout)
+    }
+
     pub fn settings(&self) -> &ExecutionConfig {
         &self.settings
     }

@@ -21,6 +21,7 @@ use super::guard::{Guard, MCP_PATH};
 use crate::app::App;
 use crate::cli::{CONFIG_ERROR, FAILURE};
 use crate::config::{Config, ConfigSource};
+use crate::input_required::Parked;
 use crate::server::PtcServer;
 
 /// How long open connections (event streams included) get to close once runs are stopped.
@@ -110,13 +111,14 @@ pub async fn serve_http(config: Config, source: ConfigSource, addr: SocketAddr) 
 /// unless something is sent before the result) for 2026-07-28 ones. The guard checks Host and Origin.
 fn mcp_service(app: &App, stop: CancellationToken) -> StreamableHttpService<PtcServer, LocalSessionManager> {
     let (registry, engine) = (Arc::clone(&app.registry), Arc::clone(&app.engine));
+    let parked = Arc::new(Parked::default());
     let config = StreamableHttpServerConfig::default()
         .with_json_response(true)
         .with_cancellation_token(stop)
         .disable_allowed_hosts()
         .disable_allowed_origins();
     StreamableHttpService::new(
-        move || Ok(PtcServer::new(Arc::clone(&registry), Arc::clone(&engine))),
+        move || Ok(PtcServer::new(Arc::clone(&registry), Arc::clone(&engine)).sharing(Arc::clone(&parked))),
         Arc::new(LocalSessionManager::default()),
         config,
     )

@@ -1,7 +1,8 @@
 //! Human approval inside programs (`tools.confirm`), with the official Python SDK client as the person:
-//! accept lets the call through, decline and cancel raise `ToolError("declined by the user")`; a client
-//! without elicitation, a 2026-07-28 client and `ptc-mcp run` get a ToolError saying why; the run's time
-//! limit stands still while the person thinks, and the wait is bounded by `confirm_timeout_seconds`.
+//! accept lets the call through, decline and cancel raise `ToolError("declined by the user")` — asked with
+//! `elicitation/create` in a 2025-era session, and through `input_required` results for a 2026-07-28 client;
+//! a client without elicitation and `ptc-mcp run` get a ToolError saying why; the run's time limit stands
+//! still while the person thinks, and the wait is bounded by `confirm_timeout_seconds`.
 
 use serde_json::Value;
 
@@ -103,22 +104,44 @@ async fn the_time_limit_stands_still_while_the_user_thinks_and_the_wait_is_bound
 }
 
 #[apply(integration_test!)]
-async fn a_2026_client_gets_a_tool_error_saying_why() {
+async fn a_2026_client_is_asked_through_input_required_results_and_the_run_resumes() {
     let Some(python) = required_path("python-sdk", "PTC_TEST_SDK_PYTHON") else { return };
     let ptc = HttpPtc::start(&confirm_config("", ""), "    max_concurrent_runs: 4\n").await;
-    let output = tokio::process::Command::new(python)
-        .arg(repo_path("tests/clients/sdk_client.py"))
-        .args(["--protocol", "2026-07-28", "--elicit", "accept", "--code", PROGRAM, "--url", &ptc.url()])
-        .output()
-        .await
-        .unwrap();
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let Some(output) = program_output(&report) else { return };
+    let twice = format!("{PROGRAM}\n{PROGRAM}");
+    for (answer, expected) in [
+        ("accept", "sum 3\n{'v': 1}\nsum 3\n{'v': 1}\n"),
+        ("decline", "ToolError: declined by the user\n{'v': 1}\nToolError: declined by the user\n{'v': 1}\n"),
+        ("cancel", "ToolError: declined by the user\n{'v': 1}\nToolError: declined by the user\n{'v': 1}\n"),
+    ] {
+        let output = tokio::process::Command::new(&python)
+            .arg(repo_path("tests/clients/sdk_client.py"))
+            .args(["--protocol", "2026-07-28", "--elicit", answer, "--progress", "--code", &twice, "--url", &ptc.url()])
+            .output()
+            .await
+            .unwrap();
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let Some(output) = program_output(&report) else { return };
+        assert_eq!(output, expected, "{answer}: {report}");
+        let asked = report["elicitations"].as_array().unwrap();
+        assert_eq!(asked.len(), 2, "one question per call, across three requests: {report}");
+        assert!(asked[1].as_str().unwrap().contains("mcp__mock__add (line 8 of the program)"), "{report}");
+        let progress: Vec<f64> =
+            report["progress"].as_array().unwrap().iter().map(|p| p["progress"].as_f64().unwrap()).collect();
+        assert!(progress.windows(2).all(|w| w[0] < w[1]), "increasing across the requests: {progress:?}");
+    }
+}
+
+#[apply(integration_test!)]
+async fn a_2026_client_cannot_resume_with_a_state_it_was_not_given() {
+    let ptc = HttpPtc::start(&confirm_config("", ""), "    max_concurrent_runs: 4\n").await;
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"execute_program","arguments":{"code":"print(1)"},"requestState":"0123456789abcdef0123456789abcdef","inputResponses":{"approval":{"action":"accept"}},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let headers =
+        [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "execute_program")];
+    let (status, response) = crate::http::raw(ptc.port(), "/mcp", &headers, call).await;
+    assert_eq!(status, 200, "{response}");
     assert!(
-        output.starts_with(
-            "ToolError: 'mcp__mock__add' needs the user's approval (tools.confirm), but a 2026-07-28 client"
-        ),
-        "{output}"
+        response.contains("\"isError\":true") && response.contains("requestState names no run waiting"),
+        "{response}"
     );
 }
 

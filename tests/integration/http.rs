@@ -51,6 +51,10 @@ impl HttpPtc {
         HttpPtc { child, port, dir }
     }
 
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
@@ -99,7 +103,7 @@ fn text(result: &CallToolResult) -> String {
 }
 
 /// One raw HTTP/1.1 request; returns the status code and the body's start.
-async fn raw(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+pub async fn raw(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let mut request = format!("POST {path} HTTP/1.1\r\n");
     if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
