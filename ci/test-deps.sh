@@ -18,6 +18,10 @@
 #                               MEMORY_FILE_PATH to a temp file, or it writes into DIR/npm)
 #   PTC_TEST_EVERYTHING_SERVER  server-everything's JS entry point, run with `node` (stdio by default;
 #                               `streamableHttp` or `sse` as its argument serves HTTP on $PORT)
+#   PTC_TEST_CONFORMANCE        the official MCP conformance suite's CLI (@modelcontextprotocol/conformance),
+#                               run with PTC_TEST_CONFORMANCE_NODE
+#   PTC_TEST_CONFORMANCE_NODE   a Node.js 22 from the npm registry's `node` package: the suite needs Node 22+
+#                               (fs.globSync), newer than many machines' (this one's is 20)
 set -euo pipefail
 
 # Pins, all verified together (Python 3.11, Node 20). mcp-server-time 2026.x requires mcp>=2.3,<3,
@@ -26,6 +30,8 @@ MCP_VERSION=2.3.0
 MCP_SERVER_TIME_VERSION=2026.10.19
 SERVER_MEMORY_VERSION=2026.8.31
 SERVER_EVERYTHING_VERSION=2026.8.31
+CONFORMANCE_VERSION=0.1.16
+CONFORMANCE_NODE_VERSION=22.23.3
 
 log() { printf 'test-deps: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -97,9 +103,33 @@ else
     printf '%s' "$npm_pins" >"$npm_stamp"
 fi
 
+# --- npm: the conformance suite, with the Node.js it needs -----------------------------------
+conformance_dir=$dir/conformance
+conformance_pins="@modelcontextprotocol/conformance@$CONFORMANCE_VERSION node@$CONFORMANCE_NODE_VERSION"
+conformance_stamp=$conformance_dir/.ptc-test-deps
+conformance_js=$conformance_dir/node_modules/@modelcontextprotocol/conformance/dist/index.js
+conformance_node=$conformance_dir/node_modules/.bin/node
+
+if [[ -f $conformance_stamp && $(<"$conformance_stamp") == "$conformance_pins" && -f $conformance_js ]] \
+    && "$conformance_node" --version >/dev/null 2>&1; then
+    log "npm: $conformance_pins already in $conformance_dir"
+else
+    command -v npm >/dev/null 2>&1 || die "npm not found (Node.js 18+ with npm is needed)"
+    log "npm: installing $conformance_pins"
+    rm -f "$conformance_stamp"
+    mkdir -p "$conformance_dir"
+    # The `node` package's install script fetches its platform's binary package from the npm registry.
+    npm install --prefix "$conformance_dir" --no-audit --no-fund --save-exact $conformance_pins >&2
+    [[ -f $conformance_js ]] || die "$conformance_js missing after install"
+    "$conformance_node" --version >/dev/null 2>&1 || die "$conformance_node does not run after install"
+    printf '%s' "$conformance_pins" >"$conformance_stamp"
+fi
+
 # --- the environment the tests read ---------------------------------------------------------
 printf 'export %s=%q\n' \
     PTC_TEST_SDK_PYTHON "$venv/bin/python" \
     PTC_TEST_TIME_SERVER "$venv/bin/mcp-server-time" \
     PTC_TEST_MEMORY_SERVER "$memory_js" \
-    PTC_TEST_EVERYTHING_SERVER "$everything_js"
+    PTC_TEST_EVERYTHING_SERVER "$everything_js" \
+    PTC_TEST_CONFORMANCE "$conformance_js" \
+    PTC_TEST_CONFORMANCE_NODE "$conformance_node"

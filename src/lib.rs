@@ -2,9 +2,16 @@
 //! sandboxed child interpreter where every downstream MCP tool is an async function, and only what the
 //! program prints comes back.
 
+pub mod app;
+pub mod audit;
+pub mod cli;
 pub mod config;
+pub mod elicit;
 pub mod engine;
+pub mod input_required;
 pub mod lines;
 pub mod naming;
+pub mod progress;
 pub mod registry;
+pub mod serve;
 pub mod server;

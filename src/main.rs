@@ -1,30 +1,23 @@
-//! The `ptc-mcp` binary: parse the command line, load the config, and serve MCP over stdio.
+//! The `ptc-mcp` binary: parse the command line, load the config, and serve MCP or run a shell command.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use clap::Parser;
-use ptc_backends::{BackendSettings, SandboxKind};
-use ptc_mcp::config::{CONFIG_ENV, Config, ConfigSource};
-use ptc_mcp::engine::Engine;
-use ptc_mcp::registry::Registry;
-use ptc_mcp::server::PtcServer;
-use rmcp::ServiceExt;
-
-/// Exit status for a config that cannot be used.
-const CONFIG_ERROR: u8 = 2;
-/// How long the sandbox backend may take to clean up when the server stops.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+use clap::{Parser, Subcommand};
+use ptc_backends::SandboxKind;
+use ptc_mcp::cli::{self, CONFIG_ERROR, ToolsArgs};
+use ptc_mcp::config::Config;
+use ptc_mcp::serve;
 
 /// Programmatic tool calling for any MCP client: the model writes one Python program, ptc-mcp runs it in a
 /// sandboxed interpreter where every downstream MCP tool is an async function, and only what the program
-/// prints comes back. Serves MCP over stdio; logs go to stderr (level from RUST_LOG, default info).
+/// prints comes back. Without a command it serves MCP over stdio. Results go to stdout; logs go to stderr
+/// (level from RUST_LOG, default info).
 #[derive(Debug, Parser)]
 #[command(name = "ptc-mcp", version)]
 struct Cli {
     /// The YAML config. Without it: $PTC_MCP_CONFIG, else ./config.yaml, else built-in defaults (no servers).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", global = true)]
     config: Option<PathBuf>,
 
     /// Check whether a sandbox (auto, seatbelt, landlock, docker or none) can run programs here, print what
@@ -32,6 +25,41 @@ struct Cli {
     /// from the config.
     #[arg(long, value_name = "SANDBOX")]
     check_sandbox: Option<String>,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve MCP: on stdio (the default), or with --http as streamable HTTP at http://ADDR:PORT/mcp for
+    /// several clients (see serve.http in the config: token, allowed_origins, max_concurrent_runs).
+    Serve {
+        /// Listen on this address, e.g. 127.0.0.1:8765. Any address but loopback needs serve.http.token.
+        #[arg(long, value_name = "ADDR:PORT")]
+        http: Option<std::net::SocketAddr>,
+    },
+    /// Validate the config, probe the sandbox and connect every server (waiting up to its
+    /// connect_timeout_seconds); print one row per server. Exit status 0 only when all is well, else 1.
+    Check,
+    /// List the tools programs can call, one name a line (servers that are missing are named on stderr).
+    Tools {
+        /// Only tools matching this search (needs issue 11).
+        #[arg(long, value_name = "Q")]
+        query: Option<String>,
+        /// Python signatures instead of names (needs issue 11).
+        #[arg(long)]
+        signatures: bool,
+        /// One JSON array instead of one name a line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one program (a file, or - for stdin) through the same engine and sandbox as execute_program and
+    /// print exactly its text. Exit status 0 on success, 1 when the run failed, 2 on a config or sandbox error.
+    Run {
+        #[arg(value_name = "FILE|-")]
+        file: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -55,106 +83,42 @@ fn main() -> ExitCode {
         }
     };
     if let Some(sandbox) = cli.check_sandbox {
-        return runtime.block_on(check_sandbox(&sandbox, &config));
+        return ExitCode::from(runtime.block_on(check_sandbox(&sandbox, &config)));
     }
-    let code = runtime.block_on(serve(config, source));
+    let code = runtime.block_on(async {
+        match cli.command {
+            None | Some(Command::Serve { http: None }) => serve::serve_stdio(config, source).await,
+            Some(Command::Serve { http: Some(addr) }) => serve::serve_http(config, source, addr).await,
+            Some(Command::Check) => cli::check(&config, &source).await,
+            Some(Command::Tools { query, signatures, json }) => {
+                cli::tools(&config, &ToolsArgs { query, signatures, json }).await
+            }
+            Some(Command::Run { file }) => cli::run(&config, &file).await,
+        }
+    });
     // A pending read of stdin cannot be cancelled, so leave without waiting for the runtime to wind down.
-    std::process::exit(code);
+    std::process::exit(i32::from(code));
 }
 
 /// `--check-sandbox`: probe one backend and report.
-async fn check_sandbox(sandbox: &str, config: &Config) -> ExitCode {
+async fn check_sandbox(sandbox: &str, config: &Config) -> u8 {
     let kind: SandboxKind = match serde_yaml_ng::from_str(sandbox) {
         Ok(kind) => kind,
         Err(_) => {
             eprintln!("ptc-mcp: unknown sandbox '{sandbox}'; expected auto, seatbelt, landlock, docker or none");
-            return ExitCode::from(CONFIG_ERROR);
+            return CONFIG_ERROR;
         }
     };
-    let Some(settings) = backend_settings(config) else {
-        return ExitCode::FAILURE;
+    let settings = match ptc_mcp::app::backend_settings(config) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("ptc-mcp: {e}");
+            return cli::FAILURE;
+        }
     };
     let availability = ptc_backends::select(kind, &settings).probe().await;
     println!("{}: {}", kind.resolve_auto(), availability.describe());
-    if availability.is_usable() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-}
-
-fn backend_settings(config: &Config) -> Option<BackendSettings> {
-    match std::env::current_exe() {
-        Ok(helper) => Some(BackendSettings {
-            python: config.execution.python.clone(),
-            helper,
-            docker: config.execution.docker.clone(),
-        }),
-        Err(e) => {
-            eprintln!("ptc-mcp: cannot find its own executable (needed to start sandboxes): {e}");
-            None
-        }
-    }
-}
-
-async fn serve(config: Config, source: ConfigSource) -> i32 {
-    let registry = match Registry::start(&config) {
-        Ok(registry) => registry,
-        Err(e) => {
-            eprintln!("ptc-mcp: config error: {e}");
-            return i32::from(CONFIG_ERROR);
-        }
-    };
-    let Some(settings) = backend_settings(&config) else {
-        return 1;
-    };
-    let backend = ptc_backends::select(config.execution.sandbox, &settings);
-    let engine = Arc::new(Engine::new(backend, Arc::clone(&registry), config.execution.clone()));
-    tokio::spawn(announce(Arc::clone(&engine), config, source));
-    let serving = PtcServer::new(Arc::clone(&registry), Arc::clone(&engine)).serve(rmcp::transport::stdio());
-    tokio::select! {
-        served = serving => match served {
-            Ok(server) => {
-                tokio::select! {
-                    _ = server.waiting() => {}
-                    _ = shutdown_signal() => {}
-                }
-            }
-            Err(e) => tracing::info!("no MCP session: {e}"),
-        },
-        _ = shutdown_signal() => {}
-    }
-    // Runs still going are stopped; their runners, the pool's and what the backend keeps outside the process
-    // (containers, scratch directories) go before the downstream servers do.
-    if tokio::time::timeout(SHUTDOWN_GRACE, engine.shutdown()).await.is_err() {
-        tracing::warn!("runs and sandboxes were not all cleaned up within {}s", SHUTDOWN_GRACE.as_secs());
-    }
-    // The exit below skips every destructor: downstream process groups must be gone before it.
-    registry.shutdown().await;
-    0
-}
-
-/// The one start-up line: version, sandbox and its availability, configured servers.
-async fn announce(engine: Arc<Engine>, config: Config, source: ConfigSource) {
-    let availability = engine.availability().await.describe();
-    let servers: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
-    let servers = if servers.is_empty() { "none".to_string() } else { servers.join(", ") };
-    let source = match source {
-        ConfigSource::File(path) => path.display().to_string(),
-        ConfigSource::Defaults => format!("none found (no --config, ${CONFIG_ENV} or ./config.yaml)"),
-    };
-    tracing::info!(
-        "ptc-mcp {} serving MCP on stdio; config: {source}; sandbox {}: {availability}; servers: {servers}",
-        env!("CARGO_PKG_VERSION"),
-        engine.backend_kind(),
-    );
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    if availability.is_usable() { cli::SUCCESS } else { cli::FAILURE }
 }
 
 fn init_logging() {

@@ -11,7 +11,10 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 
-use crate::engine::Engine;
+use crate::config::TraceMode;
+use crate::engine::{Caller, Engine, RunReport};
+use crate::input_required::{self, Parked, Resume};
+use crate::progress::Reporter;
 use crate::registry::Registry;
 
 pub const LIST_TOOL: &str = "list_callable_tools";
@@ -22,12 +25,20 @@ pub struct PtcServer {
     registry: Arc<Registry>,
     engine: Arc<Engine>,
     tools: Vec<Tool>,
+    /// Runs of 2026-07-28 clients waiting for an approval between requests.
+    parked: Arc<Parked>,
 }
 
 impl PtcServer {
     pub fn new(registry: Arc<Registry>, engine: Arc<Engine>) -> Self {
         let tools = tool_definitions(&engine);
-        PtcServer { registry, engine, tools }
+        PtcServer { registry, engine, tools, parked: Arc::default() }
+    }
+
+    /// Shares `parked` with other instances (over HTTP, each session and each stateless request has its own).
+    pub fn sharing(mut self, parked: Arc<Parked>) -> Self {
+        self.parked = parked;
+        self
     }
 
     async fn list_callable_tools(&self) -> CallToolResult {
@@ -61,22 +72,52 @@ impl PtcServer {
         }
     }
 
-    async fn execute_program(&self, arguments: &JsonObject, context: &RequestContext<RoleServer>) -> CallToolResult {
-        let Some(Value::String(code)) = arguments.get("code") else {
+    async fn execute_program(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let Some(Value::String(code)) = request.arguments.as_ref().and_then(|arguments| arguments.get("code")) else {
             return CallToolResult::error(vec![ContentBlock::text(
                 "execute_program needs code: the Python program to run, as a string",
-            )]);
+            )])
+            .into();
         };
-        let report = self.engine.execute(code, context.ct.clone()).await;
-        let text = report.text(self.engine.settings().trace);
-        let mut result = if report.ok() {
-            CallToolResult::success(vec![ContentBlock::text(text)])
-        } else {
-            CallToolResult::error(vec![ContentBlock::text(text)])
+        let trace = self.engine.settings().trace;
+        if input_required::applies(context, &self.engine) {
+            let resume =
+                Resume { code, request_state: request.request_state, input_responses: request.input_responses };
+            let render = |report: &RunReport| execute_result(report, trace).into();
+            return match self.parked.execute(&self.engine, resume, session_of(context), context, render).await {
+                Ok(response) => response,
+                Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]).into(),
+            };
+        }
+        let (progress, reporter) = Reporter::start(context).unzip();
+        let caller = Caller {
+            session: session_of(context),
+            cancel: context.ct.clone(),
+            progress,
+            approver: Some(crate::elicit::approver_for(context)),
         };
-        result.structured_content = Some(report.structured());
-        result
+        let report = self.engine.execute(code, caller).await;
+        if let Some(reporter) = reporter {
+            reporter.finish().await;
+        }
+        execute_result(&report, trace).into()
     }
+}
+
+/// The `execute_program` result: the text, and the structured content.
+fn execute_result(report: &RunReport, trace: TraceMode) -> CallToolResult {
+    let text = report.text(trace);
+    let mut result = if report.ok() {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    };
+    result.structured_content = Some(report.structured());
+    result
 }
 
 impl ServerHandler for PtcServer {
@@ -103,11 +144,13 @@ impl ServerHandler for PtcServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if request.name == EXECUTE_TOOL {
+            return Ok(self.execute_program(request, &context).await);
+        }
         let arguments = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
             LIST_TOOL => self.list_callable_tools().await,
             INSPECT_TOOL => self.inspect_tool(&arguments).await,
-            EXECUTE_TOOL => self.execute_program(&arguments, &context).await,
             other => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool '{other}'; this server has {LIST_TOOL}, {INSPECT_TOOL} and {EXECUTE_TOOL}"),
@@ -119,6 +162,19 @@ impl ServerHandler for PtcServer {
     }
 
     async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {}
+}
+
+/// Which client a request came from, for the run's record: its HTTP session id (`http` for a request
+/// without one: 2026-07-28 clients have no sessions), or `stdio`.
+fn session_of(context: &RequestContext<RoleServer>) -> String {
+    match context.extensions.get::<http::request::Parts>() {
+        Some(parts) => parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|id| id.to_str().ok())
+            .map_or_else(|| "http".to_string(), str::to_string),
+        None => "stdio".to_string(),
+    }
 }
 
 fn tool_definitions(engine: &Engine) -> Vec<Tool> {

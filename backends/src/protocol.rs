@@ -6,7 +6,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Bumped whenever a message changes shape; checked in the runner's `ready` message.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The runner, run as `python -I -S -c RUNNER_SOURCE`.
 pub const RUNNER_SOURCE: &str = include_str!("runner.py");
@@ -15,12 +15,31 @@ pub const RUNNER_SOURCE: &str = include_str!("runner.py");
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FromRunner {
-    Ready { version: u32 },
-    Output { data: String },
-    Call { id: u64, tool: String, args: Map<String, Value> },
-    Helper { id: u64, name: String, args: Map<String, Value> },
-    Emit { value: Value },
-    Done { error: Option<ProgramError> },
+    Ready {
+        version: u32,
+    },
+    Output {
+        data: String,
+    },
+    Call {
+        id: u64,
+        tool: String,
+        args: Map<String, Value>,
+        /// The program's line the call was made on (for the approval question), when the runner knows it.
+        #[serde(default)]
+        line: Option<u32>,
+    },
+    Helper {
+        id: u64,
+        name: String,
+        args: Map<String, Value>,
+    },
+    Emit {
+        value: Value,
+    },
+    Done {
+        error: Option<ProgramError>,
+    },
 }
 
 /// Why a program failed, as the runner saw it.
@@ -97,7 +116,7 @@ mod tests {
     #[test]
     fn runner_messages_parse_into_their_variants() {
         let cases = [
-            (r#"{"type":"ready","version":1}"#, FromRunner::Ready { version: 1 }),
+            (r#"{"type":"ready","version":2}"#, FromRunner::Ready { version: 2 }),
             (r#"{"type":"output","data":"hi\n"}"#, FromRunner::Output { data: "hi\n".into() }),
             (
                 r#"{"type":"call","id":3,"tool":"mcp__a__b","args":{"x":1}}"#,
@@ -105,7 +124,12 @@ mod tests {
                     id: 3,
                     tool: "mcp__a__b".into(),
                     args: json!({"x": 1}).as_object().unwrap().clone(),
+                    line: None,
                 },
+            ),
+            (
+                r#"{"type":"call","id":4,"tool":"mcp__a__b","args":{},"line":12}"#,
+                FromRunner::Call { id: 4, tool: "mcp__a__b".into(), args: Map::new(), line: Some(12) },
             ),
             (r#"{"type":"emit","value":[1,2]}"#, FromRunner::Emit { value: json!([1, 2]) }),
             (r#"{"type":"done","error":null}"#, FromRunner::Done { error: None }),

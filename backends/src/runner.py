@@ -1,4 +1,4 @@
-"""ptc-mcp runner: runs ONE model-written Python program and talks to the server (protocol v1, PROTOCOL.md).
+"""ptc-mcp runner: runs ONE model-written Python program and talks to the server (protocol v2, PROTOCOL.md).
 
 Started as `python3 -I -S -c <this source>` (no __file__, no site-packages) in a scratch dir, possibly before
 its program is known, so everything is imported up front and the runner waits warm for its `run` message.
@@ -21,6 +21,7 @@ import ast
 import asyncio
 import builtins
 import codecs
+import inspect
 import io
 import itertools
 import json
@@ -35,7 +36,7 @@ import time
 import traceback
 import types
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 PROGRAM = "<program>"  # filename of the program's code: the only frames tracebacks show
 READ_CHUNK = 65536
 LINE_READ_CHUNK = 1 << 20
@@ -291,8 +292,20 @@ class HelperDict(_ReadyAwaitable, dict):
     __slots__ = ()
 
 
+def program_line():
+    """The line of the program's innermost frame that called the tool (None when the call came from elsewhere)."""
+    frame = sys._getframe(2)  # program_line <- tool <- its caller
+    while frame is not None and frame.f_code.co_filename != PROGRAM:
+        frame = frame.f_back
+    return None if frame is None else frame.f_lineno
+
+
 def make_tool(channel, name):
-    async def tool(*args, **kwargs):
+    def tool(*args, **kwargs):
+        # The line is taken where the call is written (the coroutine may be awaited elsewhere, e.g. in gather).
+        return call(program_line(), args, kwargs)
+
+    async def call(line, args, kwargs):
         arguments = keyword_args(name, args, kwargs)
         loop = asyncio.get_running_loop()  # whichever loop awaits us: top-level or the program's asyncio.run
         future = loop.create_future()
@@ -309,7 +322,10 @@ def make_tool(channel, name):
 
         request_id = channel.open_request(deliver)
         try:
-            channel.send({"type": "call", "id": request_id, "tool": name, "args": arguments})
+            message = {"type": "call", "id": request_id, "tool": name, "args": arguments}
+            if line is not None:
+                message["line"] = line
+            channel.send(message)
             result = await future
         finally:
             channel.close_request(request_id)
@@ -318,7 +334,17 @@ def make_tool(channel, name):
     tool.__name__ = tool.__qualname__ = name
     tool.__doc__ = (f"Call the MCP tool {name} (await it; keyword arguments only). "
                     "Returns its result; raises ToolError if the call fails.")
-    return tool
+    return mark_coroutine_function(tool)
+
+
+def mark_coroutine_function(function):
+    """Let inspect/asyncio.iscoroutinefunction see a function that returns a coroutine as one (3.12+: inspect's
+    marker; before: asyncio's)."""
+    mark = getattr(inspect, "markcoroutinefunction", None)
+    if mark is not None:
+        return mark(function)
+    function._is_coroutine = asyncio.coroutines._is_coroutine
+    return function
 
 
 def make_helper(channel, name, doc):

@@ -84,7 +84,7 @@ class RunnerTest(unittest.TestCase):
     def start(self):
         runner = Runner()
         self.addCleanup(runner.close)
-        self.assertEqual(runner.recv(), {"type": "ready", "version": 1})
+        self.assertEqual(runner.recv(), {"type": "ready", "version": 2})
         return runner
 
     def run_program(self, code, tools=(), answer=None, max_output_bytes=65536, runner=None):
@@ -210,8 +210,22 @@ class RunnerTest(unittest.TestCase):
         """, tools=["mcp__s__t"], answer=lambda r: ok(r, {"y": 2}))
         self.assert_success(messages)
         self.assertEqual(self.of_type(messages, "call"),
-                         [{"type": "call", "id": 1, "tool": "mcp__s__t", "args": {"x": 1, "s": "é"}}])
+                         [{"type": "call", "id": 1, "tool": "mcp__s__t", "args": {"x": 1, "s": "é"}, "line": 2}])
         self.assertEqual(self.output(messages), "2\n")
+
+    def test_each_call_names_the_program_line_it_was_written_on(self):
+        messages = self.run_program("""
+            import asyncio
+            async def fetch(i):
+                return await mcp__s__t(i=i)
+            await asyncio.gather(
+                mcp__s__t(i=0),
+                fetch(1),
+            )
+        """, tools=["mcp__s__t"], answer=lambda r: ok(r, {}))
+        self.assert_success(messages)
+        lines = {c["args"]["i"]: c["line"] for c in self.of_type(messages, "call")}
+        self.assertEqual(lines, {0: 6, 1: 4})
 
     def test_tool_error_can_be_caught(self):
         messages = self.run_program("""
@@ -356,8 +370,8 @@ class RunnerTest(unittest.TestCase):
 
     def test_tool_function_identity(self):
         messages = self.run_program("""
-            import inspect
-            print(mcp__s__t.__name__, mcp__s__t.__qualname__, inspect.iscoroutinefunction(mcp__s__t))
+            import asyncio
+            print(mcp__s__t.__name__, mcp__s__t.__qualname__, asyncio.iscoroutinefunction(mcp__s__t))
             print(bool(mcp__s__t.__doc__), ToolError.__name__)
         """, tools=["mcp__s__t"])
         self.assertEqual(self.output(messages), "mcp__s__t mcp__s__t True\nTrue ToolError\n")

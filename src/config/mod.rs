@@ -2,6 +2,8 @@
 //! few additions), and strict validation whose errors name the key and say what is expected.
 
 mod expand;
+mod logging;
+mod serve;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,8 @@ use serde::Deserialize;
 
 use crate::naming::identifier_part;
 pub use expand::ExpandError;
+pub use logging::LoggingConfig;
+pub use serve::{HttpConfig, Origin, Secret, ServeConfig};
 
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_ENV: &str = "PTC_MCP_CONFIG";
@@ -40,6 +44,10 @@ pub struct Config {
     pub tools: ToolsConfig,
     #[serde(default)]
     pub execution: ExecutionConfig,
+    #[serde(default)]
+    pub serve: ServeConfig,
+    #[serde(default)]
+    pub logging: LoggingConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -110,13 +118,23 @@ impl Scalar {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
     /// Glob patterns on namespaced names; only matching tools are callable.
     pub allow: Option<Vec<String>>,
     /// Glob patterns on namespaced names; matching tools are hidden.
     pub block: Option<Vec<String>>,
+    /// Glob patterns on namespaced names; a program's call to a matching tool waits for the user's approval.
+    pub confirm: Vec<String>,
+    /// How long a call waits for that approval.
+    pub confirm_timeout_seconds: f64,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig { allow: None, block: None, confirm: Vec::new(), confirm_timeout_seconds: 300.0 }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -184,6 +202,16 @@ pub enum ConfigSource {
     Defaults,
 }
 
+impl ConfigSource {
+    /// Where the config came from, in words.
+    pub fn describe(&self) -> String {
+        match self {
+            ConfigSource::File(path) => path.display().to_string(),
+            ConfigSource::Defaults => format!("none found (no --config, ${CONFIG_ENV} or ./{DEFAULT_CONFIG_FILE})"),
+        }
+    }
+}
+
 impl Config {
     /// Loads the config: `explicit` (from `--config`), else `$PTC_MCP_CONFIG`, else `./config.yaml`. Only the
     /// last may be missing (then the defaults apply); a named file that does not exist is an error.
@@ -237,10 +265,15 @@ impl Config {
             return Err("tools: 'allow' and 'block' are mutually exclusive; use one of them".to_string());
         }
         self.tools.filter()?;
-        self.execution.validate()
+        self.tools.confirm_set()?;
+        check_seconds("tools.confirm_timeout_seconds", self.tools.confirm_timeout_seconds)?;
+        self.execution.validate()?;
+        self.serve.http.validate()?;
+        self.logging.validate()
     }
 
     fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+        self.serve.http.expand_token(lookup)?;
         for server in &mut self.servers {
             let name = server.name.clone();
             let expand_one = |key: &str, text: &str| {
@@ -365,21 +398,32 @@ impl ToolFilter {
 }
 
 impl ToolsConfig {
+    /// The tools whose calls need the user's approval (`tools.confirm`).
+    pub fn confirm_set(&self) -> Result<GlobSet, String> {
+        globs("confirm", &self.confirm)
+    }
+
+    pub fn confirm_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.confirm_timeout_seconds)
+    }
+
     pub fn filter(&self) -> Result<ToolFilter, String> {
-        let build = |key: &str, patterns: &[String]| {
-            let mut builder = GlobSetBuilder::new();
-            for (i, pattern) in patterns.iter().enumerate() {
-                let glob = Glob::new(pattern).map_err(|e| format!("tools.{key}[{i}]: bad glob '{pattern}': {e}"))?;
-                builder.add(glob);
-            }
-            builder.build().map_err(|e| format!("tools.{key}: {e}"))
-        };
         match (&self.allow, &self.block) {
-            (Some(allow), _) => Ok(ToolFilter::Allow(build("allow", allow)?)),
-            (None, Some(block)) => Ok(ToolFilter::Block(build("block", block)?)),
+            (Some(allow), _) => Ok(ToolFilter::Allow(globs("allow", allow)?)),
+            (None, Some(block)) => Ok(ToolFilter::Block(globs("block", block)?)),
             (None, None) => Ok(ToolFilter::All),
         }
     }
+}
+
+/// The glob patterns under `tools.<key>`, compiled; the error names the pattern.
+fn globs(key: &str, patterns: &[String]) -> Result<GlobSet, String> {
+    let mut builder = GlobSetBuilder::new();
+    for (i, pattern) in patterns.iter().enumerate() {
+        let glob = Glob::new(pattern).map_err(|e| format!("tools.{key}[{i}]: bad glob '{pattern}': {e}"))?;
+        builder.add(glob);
+    }
+    builder.build().map_err(|e| format!("tools.{key}: {e}"))
 }
 
 impl ExecutionConfig {

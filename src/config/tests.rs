@@ -220,3 +220,77 @@ fn a_named_file_that_does_not_exist_is_an_error() {
     let err = Config::load(Some(Path::new("/nonexistent/ptc.yaml"))).unwrap_err();
     assert!(err.to_string().starts_with("cannot read config /nonexistent/ptc.yaml"), "{err}");
 }
+
+#[test]
+fn serve_and_logging_keys_parse_with_their_defaults() {
+    let config = parse("").unwrap();
+    assert_eq!(config.serve.http.token, None);
+    assert!(config.serve.http.allowed_origins.is_empty());
+    assert_eq!(config.serve.http.max_concurrent_runs, 8);
+    assert_eq!((config.logging.audit_file, config.logging.audit_code), (None, false));
+    let text = "serve:\n  http:\n    token: ${INTERNAL_TOKEN}-x\n    allowed_origins: [\"https://app.example\", \
+                \"http://[::1]:3000\"]\n    max_concurrent_runs: 2\nlogging:\n  audit_file: /var/log/ptc.jsonl\n  \
+                audit_code: true\n";
+    let config = parse(text).unwrap();
+    let http = &config.serve.http;
+    assert_eq!(http.token.as_ref().map(Secret::expose), Some("tok-x"));
+    assert_eq!(format!("{:?}", http.token), "Some(Secret(..))", "the token never shows in Debug output");
+    assert_eq!(http.max_concurrent_runs, 2);
+    assert_eq!(
+        Origin::parse(&http.allowed_origins[1]),
+        Some(Origin { scheme: "http".into(), host: "::1".into(), port: 3000 })
+    );
+    assert_eq!(
+        Origin::parse("HTTPS://App.Example"),
+        Some(Origin { scheme: "https".into(), host: "app.example".into(), port: 443 })
+    );
+    assert_eq!(config.logging.audit_file.as_deref(), Some(Path::new("/var/log/ptc.jsonl")));
+    assert!(config.logging.audit_code);
+}
+
+#[test]
+fn serve_and_logging_errors_name_the_key_and_never_the_token() {
+    let cases = [
+        ("serve:\n  http:\n    max_concurrent_runs: 0\n", "serve.http.max_concurrent_runs: must be at least 1"),
+        ("serve:\n  http:\n    port: 1\n", "serve.http.port: unknown field `port`"),
+        ("serve:\n  stdio: {}\n", "serve.stdio: unknown field `stdio`"),
+        ("serve:\n  http:\n    token: ${NOPE}\n", "serve.http.token: environment variable NOPE is not set"),
+        ("serve:\n  http:\n    token: \"${NOPE:-}\"\n", "serve.http.token: is empty"),
+        ("serve:\n  http:\n    token: \"a secret\"\n", "serve.http.token: must be printable ASCII without spaces"),
+        (
+            "serve:\n  http:\n    allowed_origins: [\"https://app.example/path\"]\n",
+            "serve.http.allowed_origins[0]: 'https://app.example/path' is not an origin",
+        ),
+        ("serve:\n  http:\n    allowed_origins: [\"app.example\"]\n", "serve.http.allowed_origins[0]: 'app.example'"),
+        ("serve:\n  http:\n    allowed_origins: [\"null\"]\n", "serve.http.allowed_origins[0]: 'null'"),
+        ("logging:\n  audit_code: true\n", "logging.audit_code: needs logging.audit_file"),
+        ("logging:\n  audit_file: ''\n", "logging.audit_file: must be a path"),
+        ("logging:\n  level: debug\n", "logging.level: unknown field `level`"),
+    ];
+    for (text, expected) in cases {
+        let err = parse(text).unwrap_err();
+        assert!(err.starts_with(expected), "for {text:?}: got {err:?}, expected it to start with {expected:?}");
+        assert!(!err.contains("secret"), "{err}");
+    }
+}
+
+#[test]
+fn confirm_takes_globs_and_a_timeout() {
+    let config = parse("").unwrap();
+    assert!(config.tools.confirm.is_empty());
+    assert_eq!(config.tools.confirm_timeout(), Duration::from_secs(300));
+    let config = parse("tools:\n  confirm: [\"mcp__*__delete_*\"]\n  confirm_timeout_seconds: 30\n").unwrap();
+    let set = config.tools.confirm_set().unwrap();
+    assert!(set.is_match("mcp__db__delete_rows") && !set.is_match("mcp__db__query"));
+    assert_eq!(config.tools.confirm_timeout(), Duration::from_secs(30));
+    for (text, expected) in [
+        ("tools:\n  confirm: [\"a[\"]\n", "tools.confirm[0]: bad glob 'a['"),
+        (
+            "tools:\n  confirm_timeout_seconds: 0\n",
+            "tools.confirm_timeout_seconds: must be a number of seconds above 0",
+        ),
+    ] {
+        let err = parse(text).unwrap_err();
+        assert!(err.starts_with(expected), "got {err:?}, expected {expected:?}");
+    }
+}

@@ -1,8 +1,12 @@
 //! Running one program: start a runner in the configured sandbox, hand it the program, serve its tool
 //! calls and helpers through the registry, and enforce every budget and limit here in the server.
 
+mod approval;
+mod deadline;
+mod gate;
 mod output;
 mod pool;
+mod record;
 mod report;
 mod run;
 mod trace;
@@ -11,15 +15,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptc_backends::{Availability, SandboxBackend, SpawnRequest};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::audit::AuditLog;
 use crate::config::ExecutionConfig;
 use crate::registry::Registry;
+pub use approval::{ApprovalRequest, Approver, ConfirmPolicy};
 use pool::RunnerPool;
-pub use report::RunReport;
+pub use record::RunRecord;
+pub use report::{Outcome, RunReport};
 
 /// How long the first run after start-up waits for servers that are still connecting.
 pub const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(15);
@@ -38,6 +45,32 @@ impl Probed {
     }
 }
 
+/// Who asked for a run, and how to reach them while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// Names the client in the run's record: an HTTP session id, `stdio`, `cli`.
+    pub session: String,
+    /// The client's cancellation of this request.
+    pub cancel: CancellationToken,
+    /// Told each time a tool call finishes, if the client wants progress.
+    pub progress: Option<watch::Sender<RunProgress>>,
+    /// Asks the person behind the client to approve calls of `tools.confirm` (`None`: nobody can be asked).
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+impl std::fmt::Debug for dyn Approver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Approver")
+    }
+}
+
+/// How far a run is: tool calls finished so far (never decreasing), and the last one's tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunProgress {
+    pub finished: u64,
+    pub last_tool: String,
+}
+
 pub struct Engine {
     backend: Arc<dyn SandboxBackend>,
     /// The last probe's answer; a usable one is kept for good.
@@ -51,6 +84,12 @@ pub struct Engine {
     cleanups: TaskTracker,
     registry: Arc<Registry>,
     settings: ExecutionConfig,
+    /// Where each run's record is appended, if configured.
+    audit: Option<Arc<AuditLog>>,
+    /// The bound on runs at once, if any.
+    gate: Option<gate::RunGate>,
+    /// The calls that need approval, if any.
+    confirm: Option<ConfirmPolicy>,
 }
 
 impl Engine {
@@ -66,7 +105,33 @@ impl Engine {
             cleanups: TaskTracker::new(),
             registry,
             settings,
+            audit: None,
+            gate: None,
+            confirm: None,
         }
+    }
+
+    /// Makes calls of the policy's tools wait for the user's approval.
+    pub fn with_confirm(mut self, confirm: Option<ConfirmPolicy>) -> Self {
+        self.confirm = confirm;
+        self
+    }
+
+    /// Lets at most `limit` programs run at once; more wait for a slot (see [`gate`]).
+    pub fn with_run_limit(mut self, limit: Option<usize>) -> Self {
+        self.gate = limit.map(gate::RunGate::new);
+        self
+    }
+
+    /// Appends a record of every run to `audit`.
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// How long a call may wait for approval, when some calls need it (`tools.confirm`).
+    pub fn confirm_timeout(&self) -> Option<Duration> {
+        self.confirm.as_ref().map(|policy| policy.timeout)
     }
 
     pub fn settings(&self) -> &ExecutionConfig {
@@ -105,19 +170,43 @@ impl Engine {
         self.backend.shutdown().await;
     }
 
-    /// Runs `code` to the end, a failure, the time limit, or `cancel`.
-    pub async fn execute(&self, code: &str, cancel: CancellationToken) -> RunReport {
+    /// Runs `code` to the end, a failure, the time limit, or the caller's cancel; logs one line about it and
+    /// appends its record to the audit file.
+    pub async fn execute(&self, code: &str, caller: Caller) -> RunReport {
         let _running = self.runs.token();
-        let stopped =
-            || RunReport::failed("ExecutionError: the server is shutting down; the run was not started".into());
+        let started = record::Started::now(caller.session.clone());
+        let report = self.run(code, caller).await;
+        let record = started.finish(code, self.backend.kind().resolve_auto(), &report, self.settings.trace);
+        record.log();
+        if let Some(audit) = &self.audit {
+            audit.append(&record);
+        }
+        report
+    }
+
+    async fn run(&self, code: &str, caller: Caller) -> RunReport {
+        let Caller { cancel, progress, approver, .. } = caller;
+        let stopped = || {
+            RunReport::failed(
+                Outcome::Killed,
+                "ExecutionError: the server is shutting down; the run was not started".into(),
+            )
+        };
         if self.stopping.is_cancelled() {
             return stopped();
         }
+        let _slot = match &self.gate {
+            Some(gate) => match gate.enter(self.settings.timeout(), &cancel, &self.stopping).await {
+                Ok(slot) => Some(slot),
+                Err(refused) => return refused,
+            },
+            None => None,
+        };
         if let Availability::Unavailable { reason } = self.availability().await {
-            return RunReport::failed(format!(
-                "SandboxError: the '{}' sandbox is unavailable: {reason}",
-                self.backend.kind()
-            ));
+            return RunReport::failed(
+                Outcome::Sandbox,
+                format!("SandboxError: the '{}' sandbox is unavailable: {reason}", self.backend.kind()),
+            );
         }
         let deadline = tokio::time::Instant::now() + self.settings.timeout();
         // Counts as demand for ready runners while it runs; the pool refills when it is over.
@@ -131,14 +220,16 @@ impl Engine {
         };
         let runner = match runner {
             Ok(runner) => runner,
-            Err(error) => return RunReport::failed(error),
+            Err(error) => return RunReport::failed(Outcome::Sandbox, error),
         };
         let context = run::RunContext {
             registry: &self.registry,
             settings: &self.settings,
             code,
-            deadline,
+            deadline: deadline::Deadline::new(deadline),
             cancel,
+            progress,
+            approval: self.confirm.clone().map(|policy| approval::Approval { policy, approver }),
             stopping: &self.stopping,
             cleanups: &self.cleanups,
         };

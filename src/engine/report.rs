@@ -6,26 +6,57 @@ use serde_json::{Value, json};
 use super::trace::Trace;
 use crate::config::TraceMode;
 
+/// How a run ended.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    #[default]
+    Ok,
+    /// The program raised, broke its channel, its interpreter died, or the server refused the run.
+    Error,
+    /// The sandbox could not run the program (unavailable, or a runner would not start).
+    Sandbox,
+    Timeout,
+    /// The client cancelled the request.
+    Cancelled,
+    /// Stopped (or never started) because the server is shutting down.
+    Killed,
+}
+
+impl Outcome {
+    /// The name the audit record and the log line use (a sandbox failure is an `error`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error | Outcome::Sandbox => "error",
+            Outcome::Timeout => "timeout",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Killed => "killed",
+        }
+    }
+}
+
 /// The outcome of one `execute_program`.
 #[derive(Debug, Default)]
 pub struct RunReport {
+    pub outcome: Outcome,
     /// What the program printed: within `max_output_bytes` less the error and the emitted value, keeping the
     /// head and the tail around a marker line when it was more.
     pub output: String,
     /// The last `emit()` value.
     pub result: Option<Value>,
-    /// Why the run failed (`TimeoutError: …`, `SandboxError: …`, `ExecutionError: …` or the traceback).
+    /// Why the run failed (`TimeoutError: …`, `SandboxError: …`, `ExecutionError: …` or the traceback); set
+    /// exactly when `outcome` is not `Ok`.
     pub error: Option<String>,
     pub trace: Trace,
 }
 
 impl RunReport {
-    pub fn failed(error: String) -> Self {
-        RunReport { error: Some(error), ..RunReport::default() }
+    pub fn failed(outcome: Outcome, error: String) -> Self {
+        RunReport { outcome, error: Some(error), ..RunReport::default() }
     }
 
     pub fn ok(&self) -> bool {
-        self.error.is_none()
+        self.outcome == Outcome::Ok
     }
 
     /// The text block, compatible with the original ptc-mcp.
@@ -96,7 +127,8 @@ mod tests {
 
     #[test]
     fn failure_shows_the_error_then_the_output_before_it() {
-        let report = RunReport { output: "step 1\n".into(), ..RunReport::failed("ValueError: bad".into()) };
+        let report =
+            RunReport { output: "step 1\n".into(), ..RunReport::failed(Outcome::Error, "ValueError: bad".into()) };
         assert_eq!(
             report.text(TraceMode::Summary),
             "[Script execution failed]\nValueError: bad\n\n--- output before the error ---\nstep 1"
@@ -111,7 +143,7 @@ mod tests {
     fn the_trace_summary_is_the_last_line_only_in_summary_mode() {
         let mut report = RunReport::default();
         let call = report.trace.start("mcp__s__t", &Map::new(), 2);
-        report.trace.finish(call, Some("boom".into()), std::time::Instant::now());
+        report.trace.finish(call, Err("boom".into()), std::time::Instant::now());
         let text = report.text(TraceMode::Summary);
         assert!(text.starts_with("[Script executed successfully]\n(no output)\n[tool calls: 1, 1 failed; "), "{text}");
         assert!(text.ends_with("\n  failed: mcp__s__t: boom"), "{text}");

@@ -10,14 +10,17 @@ use ptc_backends::protocol::{FromRunner, ProgramError, ToRunner};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::RunProgress;
+use super::approval::{Approval, ApprovalRequest};
+use super::deadline::Deadline;
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
-use super::report::RunReport;
+use super::report::{Outcome, RunReport};
 use super::trace::{Trace, shorten};
 use crate::config::ExecutionConfig;
 use crate::lines::Line;
@@ -46,9 +49,14 @@ pub(super) struct RunContext<'a> {
     pub registry: &'a Arc<Registry>,
     pub settings: &'a ExecutionConfig,
     pub code: &'a str,
-    pub deadline: tokio::time::Instant,
+    /// The time limit, which stands still while an approval is awaited.
+    pub deadline: Deadline,
     /// The client's cancellation of this request.
     pub cancel: CancellationToken,
+    /// Told each time a tool call finishes.
+    pub progress: Option<watch::Sender<RunProgress>>,
+    /// Which calls need approval, and who is asked.
+    pub approval: Option<Approval>,
     /// The server is shutting down.
     pub stopping: &'a CancellationToken,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
@@ -93,7 +101,7 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
             biased;
             () = cx.cancel.cancelled() => break Ending::Cancelled,
             () = cx.stopping.cancelled() => break Ending::Stopped,
-            () = tokio::time::sleep_until(cx.deadline) => break Ending::Timeout,
+            () = cx.deadline.expired() => break Ending::Timeout,
             Some(_) = run.work.join_next(), if !run.work.is_empty() => {}
             info = control.wait(), if exited.is_none() => {
                 if !channel_open {
@@ -156,6 +164,9 @@ struct RunState<'a> {
     error: Option<String>,
     /// Shared with the call tasks, which record a call's end before its result is handed to the program.
     trace: Arc<Mutex<Trace>>,
+    progress: Option<watch::Sender<RunProgress>>,
+    approval: Option<Arc<Approval>>,
+    deadline: Deadline,
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
     slots: Arc<Semaphore>,
@@ -171,6 +182,9 @@ impl<'a> RunState<'a> {
             result: None,
             error: None,
             trace: Arc::default(),
+            progress: cx.progress.clone(),
+            approval: cx.approval.clone().map(Arc::new),
+            deadline: cx.deadline.clone(),
             work: JoinSet::new(),
             slots: Arc::new(Semaphore::new(cx.settings.max_concurrent_calls)),
         }
@@ -199,7 +213,7 @@ impl<'a> RunState<'a> {
                     self.result = Some(value);
                 }
             }
-            FromRunner::Call { id, tool, args } => self.call(id, tool, args)?,
+            FromRunner::Call { id, tool, args, line } => self.call(id, tool, args, line)?,
             FromRunner::Helper { id, name, args } => {
                 let line = match helper(self.registry, &name, &args) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
@@ -213,7 +227,7 @@ impl<'a> RunState<'a> {
         Ok(())
     }
 
-    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>) -> Result<(), String> {
+    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>, line: Option<u32>) -> Result<(), String> {
         if tool.len() > MAX_TOOL_NAME {
             return Err(format!("a tool name of {} bytes", tool.len()));
         }
@@ -236,25 +250,45 @@ impl<'a> RunState<'a> {
                  (max_tool_result_bytes, at most 16 MiB); pass a reference (a path, an id) instead of the data",
                 max_arguments(self.settings)
             );
-            trace.finish(index, Some(error.clone()), Instant::now());
+            trace.finish(index, Err(error.clone()), Instant::now());
             drop(trace);
+            report_progress(self.progress.as_ref(), &tool);
             self.reply(ToRunner::failure(id, &error).to_line());
             return Ok(());
         }
         drop(trace);
         let (registry, trace, slots, lines_tx) =
             (Arc::clone(self.registry), Arc::clone(&self.trace), Arc::clone(&self.slots), self.lines_tx.clone());
+        let progress = self.progress.clone();
+        let approval = self.approval.clone().filter(|approval| approval.needed_for(&tool));
+        let deadline = self.deadline.clone();
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
-            let _slot = slots.acquire_owned().await;
+            let approved = match &approval {
+                Some(approval) => {
+                    let request = ApprovalRequest { tool: tool.clone(), arguments: args.clone(), line };
+                    // The run's time limit stands still while a person decides.
+                    let _paused = deadline.pause();
+                    approval.ask(&request).await
+                }
+                None => Ok(()),
+            };
+            let result = match approved {
+                Ok(()) => {
+                    let _slot = slots.acquire_owned().await;
+                    registry.call(&tool, args, timeout, max_result).await
+                }
+                Err(refused) => Err(refused),
+            };
             // The result is dropped once it is in its line: a large one is not held twice while it is sent.
-            let (line, error) = match registry.call(&tool, args, timeout, max_result).await {
-                Ok(value) => (ToRunner::success(id, &value).to_line(), None),
-                Err(error) => (ToRunner::failure(id, &error).to_line(), Some(error)),
+            let (line, ended) = match result {
+                Ok(value) => (ToRunner::success(id, &value).to_line(), Ok(value.get().len())),
+                Err(error) => (ToRunner::failure(id, &error).to_line(), Err(error)),
             };
             // Recorded before the program can see the result: a call it got an answer to is never reported
             // as cancelled.
-            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, error, Instant::now());
+            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, ended, Instant::now());
+            report_progress(progress.as_ref(), &tool);
             let _ = lines_tx.send(line).await;
         });
         Ok(())
@@ -277,6 +311,13 @@ impl<'a> RunState<'a> {
             String::new()
         };
         let budget = settings.max_output_bytes;
+        let outcome = match (&ending, &self.error) {
+            (Ending::Done(None), None) => Outcome::Ok,
+            (Ending::Timeout, _) => Outcome::Timeout,
+            (Ending::Cancelled, _) => Outcome::Cancelled,
+            (Ending::Stopped, _) => Outcome::Killed,
+            _ => Outcome::Error,
+        };
         let error = match ending {
             Ending::Done(None) => self.error,
             Ending::Done(Some(error)) if error.message.trim().is_empty() => Some(shorten(&error.kind, MAX_ERROR_KIND)),
@@ -300,7 +341,17 @@ impl<'a> RunState<'a> {
         // reply stays within max_output_bytes and a small margin whatever the program does.
         let taken = error.as_ref().map_or(0, String::len) + self.result.as_ref().map_or(0, json_size);
         let output = self.output.finish(budget.saturating_sub(taken));
-        RunReport { output, result: self.result, error, trace }
+        RunReport { outcome, output, result: self.result, error, trace }
+    }
+}
+
+/// Counts one more finished call, of `tool`, for the client's progress.
+fn report_progress(progress: Option<&watch::Sender<RunProgress>>, tool: &str) {
+    if let Some(progress) = progress {
+        progress.send_modify(|p| {
+            p.finished += 1;
+            p.last_tool = tool.to_string();
+        });
     }
 }
 

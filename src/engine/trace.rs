@@ -37,8 +37,21 @@ pub struct CallRecord {
     pub arguments: Value,
     pub status: CallStatus,
     pub error: Option<String>,
+    /// The size of the result handed to the program (as JSON); 0 unless the call succeeded.
+    pub result_bytes: usize,
     started: Instant,
     duration: Option<Duration>,
+}
+
+impl CallRecord {
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// How long the call took (so far, while in flight).
+    pub fn duration(&self) -> Duration {
+        self.duration.unwrap_or_else(|| self.started.elapsed())
+    }
 }
 
 /// The entry as the structured result shows it.
@@ -72,6 +85,7 @@ impl Trace {
             arguments,
             status: CallStatus::InFlight,
             error: None,
+            result_bytes: 0,
             started: Instant::now(),
             duration: None,
         });
@@ -83,13 +97,22 @@ impl Trace {
         self.over_budget += 1;
     }
 
-    /// Records how call `index` ended, at `ended`; a call already marked cancelled stays so.
-    pub fn finish(&mut self, index: usize, error: Option<String>, ended: Instant) {
+    /// Records how call `index` ended, at `ended`: the size of its result, or its error. A call already
+    /// marked cancelled stays so.
+    pub fn finish(&mut self, index: usize, result: Result<usize, String>, ended: Instant) {
         let Some(call) = self.calls.get_mut(index).filter(|call| call.status == CallStatus::InFlight) else {
             return;
         };
-        call.status = if error.is_some() { CallStatus::Failed } else { CallStatus::Ok };
-        call.error = error.map(|error| shorten(&error, MAX_KEPT_ERROR));
+        match result {
+            Ok(bytes) => {
+                call.status = CallStatus::Ok;
+                call.result_bytes = bytes;
+            }
+            Err(error) => {
+                call.status = CallStatus::Failed;
+                call.error = Some(shorten(&error, MAX_KEPT_ERROR));
+            }
+        }
         call.duration = Some(ended.saturating_duration_since(call.started));
     }
 
@@ -113,6 +136,15 @@ impl Trace {
         self.calls.len() + self.over_budget
     }
 
+    /// Calls that failed, were cancelled, or were refused for the exhausted budget.
+    pub fn failed_count(&self) -> usize {
+        self.failures().count() + self.over_budget
+    }
+
+    fn failures(&self) -> impl Iterator<Item = &CallRecord> {
+        self.calls.iter().filter(|c| matches!(c.status, CallStatus::Failed | CallStatus::Cancelled))
+    }
+
     /// The calls as the structured result lists them, in order, as many as fit in [`LISTED_CALLS_BUDGET`]
     /// bytes of JSON, and how many were left out (those past the budget included).
     pub fn listed(&self) -> (Value, usize) {
@@ -123,7 +155,7 @@ impl Trace {
                 tool: &call.tool,
                 arguments: &call.arguments,
                 ok: call.status == CallStatus::Ok,
-                duration: round_ms(call.duration.unwrap_or_else(|| call.started.elapsed())),
+                duration: round_ms(call.duration()),
                 error: call.error.as_deref(),
                 cancelled: call.status == CallStatus::Cancelled,
             })
@@ -145,9 +177,8 @@ impl Trace {
         if self.count() == 0 {
             return None;
         }
-        let failures: Vec<&CallRecord> =
-            self.calls.iter().filter(|c| matches!(c.status, CallStatus::Failed | CallStatus::Cancelled)).collect();
-        let failed_count = failures.len() + self.over_budget;
+        let failures: Vec<&CallRecord> = self.failures().collect();
+        let failed_count = self.failed_count();
         let failed = if failed_count == 0 { String::new() } else { format!(", {failed_count} failed") };
         let mut out = format!("[tool calls: {}{failed}; {:.1}s]", self.count(), self.busy_time().as_secs_f64());
         for call in failures.iter().take(MAX_LISTED_FAILURES) {
@@ -172,11 +203,8 @@ impl Trace {
 
     /// The union of all calls' time intervals.
     fn busy_time(&self) -> Duration {
-        let mut spans: Vec<(Instant, Instant)> = self
-            .calls
-            .iter()
-            .map(|c| (c.started, c.started + c.duration.unwrap_or_else(|| c.started.elapsed())))
-            .collect();
+        let mut spans: Vec<(Instant, Instant)> =
+            self.calls.iter().map(|c| (c.started, c.started + c.duration())).collect();
         spans.sort();
         let mut total = Duration::ZERO;
         let mut current: Option<(Instant, Instant)> = None;
@@ -241,10 +269,10 @@ mod tests {
     fn the_summary_counts_failures_and_lists_at_most_five() {
         let mut trace = Trace::default();
         let ok = start(&mut trace, "mcp__s__ok", json!({}));
-        trace.finish(ok, None, Instant::now());
+        trace.finish(ok, Ok(2), Instant::now());
         for i in 0..7 {
             let i = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
-            trace.finish(i, Some("boom".into()), Instant::now());
+            trace.finish(i, Err("boom".into()), Instant::now());
         }
         let summary = trace.summary().unwrap();
         let lines: Vec<&str> = summary.lines().collect();
@@ -258,7 +286,7 @@ mod tests {
     fn successful_calls_show_no_failed_count() {
         let mut trace = Trace::default();
         let i = start(&mut trace, "t", json!({"a": 1}));
-        trace.finish(i, None, Instant::now());
+        trace.finish(i, Ok(2), Instant::now());
         assert_eq!(trace.summary().unwrap(), "[tool calls: 1; 0.0s]");
         assert_eq!(
             trace.listed().0,
@@ -280,7 +308,7 @@ mod tests {
     fn calls_past_the_budget_are_counted_as_failures_but_not_stored() {
         let mut trace = Trace::default();
         let i = start(&mut trace, "t", json!({}));
-        trace.finish(i, None, Instant::now());
+        trace.finish(i, Ok(2), Instant::now());
         for _ in 0..3 {
             trace.count_over_budget();
         }
@@ -294,7 +322,7 @@ mod tests {
     fn long_errors_are_shortened_in_the_trace_and_more_in_the_summary() {
         let mut trace = Trace::default();
         let i = start(&mut trace, "t", json!({}));
-        trace.finish(i, Some("é".repeat(5000)), Instant::now());
+        trace.finish(i, Err("é".repeat(5000)), Instant::now());
         assert!(trace.calls()[0].error.as_ref().unwrap().len() <= MAX_KEPT_ERROR);
         let summary = trace.summary().unwrap();
         let line = summary.lines().nth(1).unwrap();
@@ -306,9 +334,9 @@ mod tests {
         let mut trace = Trace::default();
         let i = start(&mut trace, "t", json!({}));
         trace.cancel_in_flight();
-        trace.finish(i, None, Instant::now());
+        trace.finish(i, Ok(2), Instant::now());
         assert_eq!(trace.calls()[0].status, CallStatus::Cancelled);
-        trace.finish(99, None, Instant::now()); // an index the trace never gave out: ignored
+        trace.finish(99, Ok(2), Instant::now()); // an index the trace never gave out: ignored
     }
 
     #[test]
@@ -326,7 +354,7 @@ mod tests {
         let mut trace = Trace::default();
         for i in 0..2000 {
             let call = start(&mut trace, &format!("mcp__server__tool_{i}"), json!({"i": i}));
-            trace.finish(call, Some("e".repeat(500)), Instant::now());
+            trace.finish(call, Err("e".repeat(500)), Instant::now());
         }
         trace.count_over_budget();
         let (listed, not_listed) = trace.listed();

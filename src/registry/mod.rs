@@ -15,7 +15,7 @@ mod start;
 mod stdio;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceError;
@@ -51,6 +51,8 @@ enum ServerState {
 struct Server {
     config: ServerConfig,
     state: Mutex<ServerState>,
+    /// How long after start-up its first connection attempt finished (either way).
+    settled_after: OnceLock<Duration>,
 }
 
 pub struct Registry {
@@ -87,7 +89,11 @@ impl Registry {
                 .servers
                 .iter()
                 .map(|c| {
-                    Arc::new(Server { config: c.clone(), state: Mutex::new(ServerState::Starting { since: started }) })
+                    Arc::new(Server {
+                        config: c.clone(),
+                        state: Mutex::new(ServerState::Starting { since: started }),
+                        settled_after: OnceLock::new(),
+                    })
                 })
                 .collect(),
             limits: limits::Limits::for_results(config.execution.max_tool_result_bytes),
@@ -224,9 +230,16 @@ impl Registry {
         }
     }
 
+    /// How long after start-up each server's first connection attempt finished, by server name (`None`
+    /// while it is still under way).
+    pub fn first_attempt_times(&self) -> BTreeMap<String, Option<Duration>> {
+        self.servers.iter().map(|server| (server.config.name.clone(), server.settled_after.get().copied())).collect()
+    }
+
     /// Counts a server's first attempt as finished (once).
-    fn mark_settled(&self, first_attempt: &mut bool) {
+    fn mark_settled(&self, server: &Server, first_attempt: &mut bool) {
         if std::mem::take(first_attempt) {
+            let _ = server.settled_after.set(self.started.elapsed());
             self.settled.send_modify(|n| *n += 1);
         }
     }
@@ -310,7 +323,7 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
                 let (peer, losses) = (session.peer.clone(), session.losses());
                 let up = |tools| ServerState::Up { peer: peer.clone(), tools, losses: losses.clone() };
                 registry.set_state(&server, up(session.tools.clone()));
-                registry.mark_settled(&mut first_attempt);
+                registry.mark_settled(&server, &mut first_attempt);
                 backoff.reset();
                 let lost = session.run_until_lost(&stop, |tools| {
                     tracing::info!(server = %name, tools = tools.len(), "tool list changed");
@@ -334,7 +347,7 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
             last_logged = Some(loss.reason.clone());
         }
         registry.set_state(&server, ServerState::Down { reason: loss.reason });
-        registry.mark_settled(&mut first_attempt);
+        registry.mark_settled(&server, &mut first_attempt);
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = stop.cancelled() => return,

@@ -1,10 +1,13 @@
-"""Drive an MCP server over stdio with the official MCP Python SDK (`mcp` 2.x) and report as JSON.
+"""Drive an MCP server over stdio or streamable HTTP with the official MCP Python SDK (`mcp` 2.x) and report
+as JSON.
 
 Run with the venv from ci/test-deps.sh ($PTC_TEST_SDK_PYTHON):
 
     sdk_client.py [--protocol VERSION|auto|legacy] [--code CODE] -- COMMAND [ARGS...]
+    sdk_client.py [--protocol ...] [--code CODE] --url http://127.0.0.1:PORT/mcp [--header 'Name: value']
 
-Starts COMMAND with the SDK's stdio transport, connects in the chosen era, lists the tools, calls
+Starts COMMAND with the SDK's stdio transport (or connects to URL with its streamable HTTP client, sending
+each --header with every request), connects in the chosen era, lists the tools, calls
 `list_callable_tools`, calls `execute_program` with CODE, and prints ONE JSON object on stdout:
 
     {"negotiated_version": "2026-07-28", "lifecycle": "discover", "server_info": {...},
@@ -50,6 +53,7 @@ import anyio
 import mcp_types as types
 from mcp.client import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PROTOCOL_VERSION_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
@@ -92,6 +96,15 @@ async def _recording_stdio(params: StdioServerParameters, wire: list[str]) -> As
         yield read_stream, _RecordingWriteStream(write_stream, wire)
 
 
+@asynccontextmanager
+async def _recording_http(url: str, headers: dict[str, str], wire: list[str]) -> AsyncIterator[Any]:
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers=headers) as http_client:
+        async with streamable_http_client(url, http_client=http_client) as (read_stream, write_stream):
+            yield read_stream, _RecordingWriteStream(write_stream, wire)
+
+
 async def _pinned_initialize(session: ClientSession, version: str) -> None:
     """`ClientSession.initialize()`, offering `version` instead of the SDK's newest handshake version."""
     result = await session.send_request(
@@ -122,7 +135,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _exercise(api: Any, session: ClientSession, code: str, report: dict[str, Any]) -> None:
+async def _exercise(
+    api: Any, session: ClientSession, code: str, report: dict[str, Any], want_progress: bool = False
+) -> None:
     """List tools, call list_callable_tools and execute_program; `api` is a Client or a ClientSession."""
     report["negotiated_version"] = session.protocol_version
     if session.initialize_result is not None:
@@ -151,8 +166,12 @@ async def _exercise(api: Any, session: ClientSession, code: str, report: dict[st
     except MCPError as exc:
         errors["list_callable_tools"] = _describe(exc)
 
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        report["progress"].append({"progress": progress, "total": total, "message": message})
+
     try:
-        run = await api.call_tool("execute_program", {"code": code})
+        run = await api.call_tool("execute_program", {"code": code},
+                                  progress_callback=on_progress if want_progress else None)
         report["execute"] = {
             "is_error": bool(run.is_error),
             "text": "\n".join(_texts(run)),
@@ -162,19 +181,38 @@ async def _exercise(api: Any, session: ClientSession, code: str, report: dict[st
         errors["execute_program"] = _describe(exc)
 
 
+def _elicitation_callback(args: argparse.Namespace, report: dict[str, Any]) -> Any:
+    """With --elicit ANSWER: answers every elicitation with ANSWER (after --elicit-delay seconds) and records
+    its message under "elicitations"; without it, None (the client does not declare elicitation)."""
+    if args.elicit is None:
+        return None
+
+    async def answer(context: Any, params: Any) -> types.ElicitResult:
+        report["elicitations"].append(getattr(params, "message", None))
+        await anyio.sleep(args.elicit_delay)
+        return types.ElicitResult(action=args.elicit, content={} if args.elicit == "accept" else None)
+
+    return answer
+
+
 async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> None:
-    env = None if args.sdk_default_env else dict(os.environ)
-    params = StdioServerParameters(command=args.command[0], args=args.command[1:], env=env)
-    transport = _recording_stdio(params, report["wire"])
+    if args.url:
+        headers = dict(header.split(":", 1) for header in args.header)
+        transport = _recording_http(args.url, {k.strip(): v.strip() for k, v in headers.items()}, report["wire"])
+    else:
+        env = None if args.sdk_default_env else dict(os.environ)
+        params = StdioServerParameters(command=args.command[0], args=args.command[1:], env=env)
+        transport = _recording_stdio(params, report["wire"])
     protocol = LATEST_HANDSHAKE_VERSION if args.protocol == "legacy" else args.protocol
 
     if protocol in HANDSHAKE_PROTOCOL_VERSIONS and protocol != LATEST_HANDSHAKE_VERSION:
         async with transport as (read_stream, write_stream):
             async with ClientSession(
-                read_stream, write_stream, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO
+                read_stream, write_stream, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO,
+                elicitation_callback=_elicitation_callback(args, report),
             ) as session:
                 await _pinned_initialize(session, protocol)
-                await _exercise(session, session, code, report)
+                await _exercise(session, session, code, report, args.progress)
         return
 
     if protocol == LATEST_HANDSHAKE_VERSION:
@@ -183,19 +221,21 @@ async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> N
         mode = protocol
     else:
         mode = "auto"
-    async with Client(transport, mode=mode, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO) as client:
+    async with Client(transport, mode=mode, read_timeout_seconds=args.timeout, client_info=CLIENT_INFO,
+                      elicitation_callback=_elicitation_callback(args, report)) as client:
         if protocol in MODERN_PROTOCOL_VERSIONS and client.protocol_version != protocol:
             report["errors"]["connect"] = (
                 f"asked for {protocol} but the SDK negotiated {client.protocol_version} "
                 f"(server/discover was not accepted at {protocol})"
             )
-        await _exercise(client, client.session, code, report)
+        await _exercise(client, client.session, code, report, args.progress)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
-        usage="%(prog)s [--protocol P] [--code CODE | --code-file FILE] [--timeout S] -- COMMAND [ARGS...]",
+        usage="%(prog)s [--protocol P] [--code CODE | --code-file FILE] [--timeout S] "
+              "(-- COMMAND [ARGS...] | --url URL [--header 'Name: value']...)",
     )
     parser.add_argument("--protocol", default="auto", choices=PROTOCOL_CHOICES,
                         help="era / version to connect with (default: auto, the SDK default)")
@@ -208,12 +248,21 @@ def main() -> int:
     parser.add_argument("--sdk-default-env", action="store_true",
                         help="give the server only the SDK's default environment (PATH, HOME, ...) "
                              "instead of this process's whole environment")
+    parser.add_argument("--elicit", choices=("accept", "decline", "cancel"),
+                        help="declare elicitation and answer every request so; messages go to \"elicitations\"")
+    parser.add_argument("--elicit-delay", type=float, default=0.0,
+                        help="with --elicit: seconds to wait before answering (a person thinking)")
+    parser.add_argument("--progress", action="store_true",
+                        help="ask for progress on execute_program; notifications go to \"progress\"")
+    parser.add_argument("--url", help="connect over streamable HTTP to this URL instead of starting a command")
+    parser.add_argument("--header", action="append", default=[],
+                        help="with --url: an HTTP header sent with every request, as 'Name: value'")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the server command")
     args = parser.parse_args()
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
-    if not args.command:
-        parser.error("give the server command after --")
+    if not args.command and not args.url:
+        parser.error("give the server command after --, or --url")
     code = args.code
     if args.code_file:
         with open(args.code_file, encoding="utf-8") as f:
@@ -228,6 +277,8 @@ def main() -> int:
         "callable": None,
         "callable_extra": [],
         "execute": None,
+        "progress": [],
+        "elicitations": [],
         "errors": {},
     }
 

@@ -6,14 +6,20 @@ mod harness;
 
 mod common;
 
+mod approval;
+mod audit;
 mod channel;
 mod cli;
+mod conformance;
 mod docker;
 mod downstreams;
 mod escape;
 mod execute;
+mod http;
 mod pool;
+mod progress;
 mod registry;
+mod shell;
 mod thirdparty;
 mod transports;
 

@@ -303,9 +303,15 @@ fn state_and_group(pid: i32) -> Option<(char, i32)> {
 pub async fn require_backend(ptc: &Ptc) -> Option<()> {
     let run = ptc.execute("print('ok')").await;
     if run.is_error() && run.text().contains("SandboxError") {
-        return skip_unless_required("PTC_REQUIRE_BACKENDS", &sandbox_under_test(), &run.text());
+        return sandbox_unusable(&run.text());
     }
     Some(())
+}
+
+/// Marks the test skipped because the sandbox under test cannot run programs here (`why`), or fails it if
+/// `PTC_REQUIRE_BACKENDS` names that sandbox.
+pub fn sandbox_unusable(why: &str) -> Option<()> {
+    skip_unless_required("PTC_REQUIRE_BACKENDS", &sandbox_under_test(), why)
 }
 
 /// Processes whose `HOME` (the scratch directory) lies under `dir`: the runners of a server whose temp

@@ -1,0 +1,77 @@
+//! What every command starts from the config: the registry of downstream servers, the audit file and the
+//! engine that runs programs, and how they stop (runs and sandboxes first, then the downstream servers).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ptc_backends::BackendSettings;
+
+use crate::audit::AuditLog;
+use crate::config::Config;
+use crate::engine::{ConfirmPolicy, Engine};
+use crate::registry::Registry;
+
+/// How long the sandbox backend may take to clean up when the server stops.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Beyond a server's own connect timeout, how long a command waits for its first attempt to be settled.
+const SETTLE_MARGIN: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("config error: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
+    #[error("cannot find its own executable (needed to start sandboxes): {0}")]
+    OwnExecutable(#[source] std::io::Error),
+}
+
+pub struct App {
+    pub registry: Arc<Registry>,
+    pub engine: Arc<Engine>,
+    pub audit: Option<Arc<AuditLog>>,
+    /// The longest a configured server may take to connect.
+    longest_connect: Duration,
+}
+
+impl App {
+    /// Starts connecting the servers in the background and prepares the engine (on a tokio runtime), with
+    /// at most `run_limit` programs running at once if given.
+    pub fn start(config: &Config, run_limit: Option<usize>) -> Result<App, StartError> {
+        let settings = backend_settings(config)?;
+        let audit = AuditLog::open(&config.logging)?.map(Arc::new);
+        let registry = Registry::start(config).map_err(StartError::Config)?;
+        let confirm = match config.tools.confirm_set().map_err(StartError::Config)? {
+            tools if tools.is_empty() => None,
+            tools => Some(ConfirmPolicy { tools, timeout: config.tools.confirm_timeout() }),
+        };
+        let backend = ptc_backends::select(config.execution.sandbox, &settings);
+        let engine = Engine::new(backend, Arc::clone(&registry), config.execution.clone())
+            .with_audit(audit.clone())
+            .with_run_limit(run_limit)
+            .with_confirm(confirm);
+        let longest_connect = config.servers.iter().map(|s| s.connect_timeout()).max().unwrap_or_default();
+        Ok(App { registry, engine: Arc::new(engine), audit, longest_connect })
+    }
+
+    /// Waits until every server's first connection attempt has finished (within its connect timeout), for
+    /// commands that start cold and want the whole picture.
+    pub async fn wait_for_servers(&self) {
+        self.registry.wait_for_first_attempts(self.longest_connect + SETTLE_MARGIN).await;
+    }
+
+    /// Stops runs under way and cleans up after them and the sandbox, then stops the downstream servers, so
+    /// that nothing outlives the process.
+    pub async fn shutdown(&self) {
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.engine.shutdown()).await.is_err() {
+            tracing::warn!("runs and sandboxes were not all cleaned up within {}s", SHUTDOWN_GRACE.as_secs());
+        }
+        self.registry.shutdown().await;
+    }
+}
+
+/// What the sandbox backends need from the config and this executable (the landlock helper is this binary).
+pub fn backend_settings(config: &Config) -> Result<BackendSettings, StartError> {
+    let helper = std::env::current_exe().map_err(StartError::OwnExecutable)?;
+    Ok(BackendSettings { python: config.execution.python.clone(), helper, docker: config.execution.docker.clone() })
+}

@@ -1,0 +1,111 @@
+//! `ptc-mcp check`: is the config valid, can the sandbox run programs, does every server connect?
+
+use std::time::Duration;
+
+use crate::app::App;
+use crate::config::{Config, ConfigSource};
+use crate::registry::ServerStatus;
+
+use super::{CONFIG_ERROR, FAILURE, SUCCESS};
+
+/// Prints the config, the sandbox and one row per server (status, tools, time to connect, error); exit
+/// status 0 only when the sandbox can run programs and every server connected without tool collisions.
+pub async fn check(config: &Config, source: &ConfigSource) -> u8 {
+    println!("config   {}: valid", source.describe());
+    let app = match App::start(config, None) {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("ptc-mcp: {e}");
+            return CONFIG_ERROR;
+        }
+    };
+    let availability = app.engine.availability().await;
+    println!("sandbox  {}: {}", app.engine.backend_kind().resolve_auto(), availability.describe());
+    app.wait_for_servers().await;
+    let times = app.registry.first_attempt_times();
+    let rows: Vec<Row> = app
+        .registry
+        .statuses()
+        .into_iter()
+        .map(|(name, status)| {
+            let time = times.get(&name).copied().flatten();
+            Row::new(name, &status, time)
+        })
+        .collect();
+    print!("{}", table(&rows));
+    let collisions = app.registry.catalog().collisions.clone();
+    for collision in &collisions {
+        println!("collision: {collision}");
+    }
+    app.shutdown().await;
+    let all_connected = rows.iter().all(|row| row.status == "connected");
+    if availability.is_usable() && all_connected && collisions.is_empty() { SUCCESS } else { FAILURE }
+}
+
+/// One server as the table shows it.
+struct Row {
+    name: String,
+    status: &'static str,
+    tools: usize,
+    time: String,
+    error: String,
+}
+
+impl Row {
+    fn new(name: String, status: &ServerStatus, settled_after: Option<Duration>) -> Row {
+        let status_word = match (status.connected, settled_after) {
+            (true, _) => "connected",
+            (false, Some(_)) => "unavailable",
+            (false, None) => "starting",
+        };
+        Row {
+            name,
+            status: status_word,
+            tools: status.tools,
+            time: settled_after.map_or_else(|| "-".to_string(), |t| format!("{:.1}s", t.as_secs_f64())),
+            error: status.error.clone().unwrap_or_default(),
+        }
+    }
+}
+
+fn table(rows: &[Row]) -> String {
+    if rows.is_empty() {
+        return "servers  none configured\n".to_string();
+    }
+    let width = |header: &str, cell: &dyn Fn(&Row) -> usize| rows.iter().map(cell).max().unwrap_or(0).max(header.len());
+    let name_w = width("server", &|r| r.name.chars().count());
+    let status_w = width("status", &|r| r.status.len());
+    let time_w = width("time", &|r| r.time.len());
+    let mut out = format!("{:name_w$}  {:status_w$}  tools  {:>time_w$}  error\n", "server", "status", "time");
+    for row in rows {
+        let line = format!(
+            "{:name_w$}  {:status_w$}  {:>5}  {:>time_w$}  {}",
+            row.name, row.status, row.tools, row.time, row.error
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_one_aligned_row_per_server_with_the_error_in_words() {
+        let up = ServerStatus { connected: true, tools: 3, error: None };
+        let down = ServerStatus { connected: false, tools: 0, error: Some("exited with status 1: boom".into()) };
+        let rows = [
+            Row::new("financial-data".into(), &up, Some(Duration::from_millis(420))),
+            Row::new("db".into(), &down, Some(Duration::from_secs(2))),
+        ];
+        assert_eq!(
+            table(&rows),
+            "server          status       tools  time  error\n\
+             financial-data  connected        3  0.4s\n\
+             db              unavailable      0  2.0s  exited with status 1: boom\n"
+        );
+        assert_eq!(table(&[]), "servers  none configured\n");
+    }
+}

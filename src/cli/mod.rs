@@ -1,0 +1,17 @@
+//! The shell commands: `check`, `tools` and `run`. Results go to stdout, logs to stderr; each returns the
+//! process's exit status.
+
+mod check;
+mod run;
+mod tools;
+
+pub use check::check;
+pub use run::run;
+pub use tools::{ToolsArgs, tools};
+
+/// Exit status: all is well.
+pub const SUCCESS: u8 = 0;
+/// Exit status: the check found a problem, the program failed.
+pub const FAILURE: u8 = 1;
+/// Exit status: the config (or the sandbox, for `run`) cannot be used.
+pub const CONFIG_ERROR: u8 = 2;

@@ -1,0 +1,118 @@
+//! The bound on runs at once across all clients (`serve.http.max_concurrent_runs`): a run takes a slot or
+//! waits for one — while no more than as many others wait, and at most its own time limit — and otherwise
+//! fails at once saying the server is busy. It never waits without a bound.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::report::{Outcome, RunReport};
+
+pub(super) struct RunGate {
+    slots: Arc<Semaphore>,
+    limit: usize,
+    waiting: AtomicUsize,
+}
+
+/// Counts a run among those waiting while it exists.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl RunGate {
+    pub fn new(limit: usize) -> Self {
+        RunGate { slots: Arc::new(Semaphore::new(limit)), limit, waiting: AtomicUsize::new(0) }
+    }
+
+    /// A slot for one run, held until the permit is dropped. `Err` is the run's report when it gets none:
+    /// too many waiting, no slot within `wait`, cancelled by the client or stopped by the server.
+    pub async fn enter(
+        &self,
+        wait: Duration,
+        cancel: &CancellationToken,
+        stopping: &CancellationToken,
+    ) -> Result<OwnedSemaphorePermit, RunReport> {
+        if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+            return Ok(permit);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.limit {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(self.busy(format!("{} programs are running and {} more are waiting", self.limit, self.limit)));
+        }
+        let _waiting = Waiting(&self.waiting);
+        tokio::select! {
+            permit = Arc::clone(&self.slots).acquire_owned() => Ok(permit.expect("the semaphore is never closed")),
+            () = tokio::time::sleep(wait) => {
+                Err(self.busy(format!("no run slot freed within {}s", wait.as_secs_f64())))
+            }
+            () = cancel.cancelled() => Err(RunReport::failed(
+                Outcome::Cancelled,
+                "ExecutionError: the client cancelled the run while it waited for a slot".into(),
+            )),
+            () = stopping.cancelled() => Err(RunReport::failed(
+                Outcome::Killed,
+                "ExecutionError: the server is shutting down; the run was not started".into(),
+            )),
+        }
+    }
+
+    fn busy(&self, why: String) -> RunReport {
+        RunReport::failed(
+            Outcome::Error,
+            format!(
+                "ExecutionError: the server is busy: {why} (serve.http.max_concurrent_runs is {}); try again shortly",
+                self.limit
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn runs_past_the_limit_wait_and_those_past_the_queue_are_refused_at_once() {
+        let gate = RunGate::new(1);
+        let (cancel, stopping) = (CancellationToken::new(), CancellationToken::new());
+        let first = gate.enter(Duration::from_secs(60), &cancel, &stopping).await.unwrap();
+        let queued = gate.enter(Duration::from_secs(60), &cancel, &stopping);
+        tokio::pin!(queued);
+        assert!(futures::poll!(&mut queued).is_pending(), "the second run waits");
+        let refused = gate.enter(Duration::from_secs(60), &cancel, &stopping).await.unwrap_err();
+        assert_eq!(refused.outcome, Outcome::Error);
+        assert_eq!(
+            refused.error.as_deref(),
+            Some(
+                "ExecutionError: the server is busy: 1 programs are running and 1 more are waiting \
+                 (serve.http.max_concurrent_runs is 1); try again shortly"
+            )
+        );
+        drop(first);
+        assert!(queued.await.is_ok(), "the waiting run gets the freed slot");
+    }
+
+    #[tokio::test]
+    async fn a_wait_ends_with_the_bound_the_client_or_the_server() {
+        let gate = RunGate::new(1);
+        let (cancel, stopping) = (CancellationToken::new(), CancellationToken::new());
+        let _held = gate.enter(Duration::from_secs(60), &cancel, &stopping).await.unwrap();
+        let timed_out = gate.enter(Duration::from_millis(10), &cancel, &stopping).await.unwrap_err();
+        assert!(timed_out.error.unwrap().contains("no run slot freed within 0.01s"));
+        let client = CancellationToken::new();
+        client.cancel();
+        let cancelled = gate.enter(Duration::from_secs(60), &client, &stopping).await.unwrap_err();
+        assert_eq!(cancelled.outcome, Outcome::Cancelled);
+        stopping.cancel();
+        let killed = gate.enter(Duration::from_secs(60), &cancel, &stopping).await.unwrap_err();
+        assert_eq!(killed.outcome, Outcome::Killed);
+        assert_eq!(gate.waiting.load(Ordering::SeqCst), 0);
+    }
+}

@@ -1,0 +1,59 @@
+//! Serving MCP: on stdio (one client) or streamable HTTP (several), and what every way of serving shares: the start-up line, stopping
+//! on SIGTERM or SIGINT, and reopening the audit file on SIGHUP.
+
+mod guard;
+mod http;
+mod stdio;
+
+use std::sync::Arc;
+
+pub use http::serve_http;
+pub use stdio::serve_stdio;
+
+use crate::app::App;
+use crate::audit::AuditLog;
+use crate::config::{Config, ConfigSource};
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn stop_requested() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Reopens the audit file on every SIGHUP (log rotation), while the process runs.
+fn reopen_on_hangup(audit: Option<Arc<AuditLog>>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Some(audit) = audit else { return };
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: the audit file will not be reopened after rotation");
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            audit.reopen();
+        }
+    });
+}
+
+/// Logs the one start-up line in the background: version, where it serves, config, sandbox and its
+/// availability (a probe may take a while), servers.
+fn announce(app: &App, config: &Config, source: &ConfigSource, serving: String) {
+    let engine = Arc::clone(&app.engine);
+    let servers: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
+    let servers = if servers.is_empty() { "none".to_string() } else { servers.join(", ") };
+    let source = source.describe();
+    tokio::spawn(async move {
+        let availability = engine.availability().await.describe();
+        tracing::info!(
+            "ptc-mcp {} serving MCP on {serving}; config: {source}; sandbox {}: {availability}; servers: {servers}",
+            env!("CARGO_PKG_VERSION"),
+            engine.backend_kind(),
+        );
+    });
+}

@@ -1,0 +1,166 @@
+//! Human approval inside programs (`tools.confirm`), with the official Python SDK client as the person:
+//! accept lets the call through, decline and cancel raise `ToolError("declined by the user")` — asked with
+//! `elicitation/create` in a 2025-era session, and through `input_required` results for a 2026-07-28 client;
+//! a client without elicitation and `ptc-mcp run` get a ToolError saying why; the run's time limit stands
+//! still while the person thinks, and the wait is bounded by `confirm_timeout_seconds`.
+
+use serde_json::Value;
+
+use crate::common::*;
+use crate::http::HttpPtc;
+
+/// The program: one call that needs approval (line 2), one that does not.
+const PROGRAM: &str = "try:\n    r = await mcp__mock__add(a=1, b=2)\n    print('sum', r['sum'])\nexcept ToolError as e:\n    print('ToolError:', e)\nprint(await mcp__mock__echo(v=1))";
+
+fn confirm_config(execution: &str, tools: &str) -> String {
+    format!(
+        "{}tools:\n  confirm: [\"mcp__mock__add\", \"mcp__*__delete*\"]\n{tools}",
+        config(&[mock_server("mock", &[])], execution)
+    )
+}
+
+/// Runs PROGRAM through the SDK client on stdio with `client_args` (e.g. `--elicit accept`); the report.
+async fn over_stdio(config_text: &str, client_args: &[&str]) -> Option<Value> {
+    let python = required_path("python-sdk", "PTC_TEST_SDK_PYTHON")?;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, config_text).unwrap();
+    let output = tokio::process::Command::new(python)
+        .arg(repo_path("tests/clients/sdk_client.py"))
+        .args(["--protocol", "2025-11-25", "--code", PROGRAM])
+        .args(client_args)
+        .arg("--")
+        .arg(binary())
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    Some(serde_json::from_str(&stdout).unwrap())
+}
+
+/// The program's output, or `None` (skipped) when the sandbox cannot run programs.
+fn program_output(report: &Value) -> Option<String> {
+    let text = report["execute"]["text"].as_str().unwrap_or_default().to_string();
+    if text.contains("SandboxError") {
+        return sandbox_unusable(&text).and(None);
+    }
+    assert_eq!(report["execute"]["is_error"], false, "{report}");
+    Some(report["execute"]["structured"]["output"].as_str().unwrap().to_string())
+}
+
+#[apply(integration_test!)]
+async fn an_accepted_call_goes_through_after_the_user_saw_the_tool_its_line_and_arguments() {
+    let Some(report) = over_stdio(&confirm_config("", ""), &["--elicit", "accept"]).await else { return };
+    let Some(output) = program_output(&report) else { return };
+    assert_eq!(output, "sum 3\n{'v': 1}\n");
+    let asked = report["elicitations"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "only the confirmed tool asks: {report}");
+    let question = asked[0].as_str().unwrap();
+    assert!(question.starts_with("A program wants to call mcp__mock__add (line 2 of the program) with"), "{question}");
+    assert!(question.contains("\"a\": 1") && question.ends_with("Allow this call?"), "{question}");
+}
+
+#[apply(integration_test!)]
+async fn a_declined_or_cancelled_call_raises_tool_error_declined_by_the_user() {
+    for answer in ["decline", "cancel"] {
+        let Some(report) = over_stdio(&confirm_config("", ""), &["--elicit", answer]).await else { return };
+        let Some(output) = program_output(&report) else { return };
+        assert_eq!(output, "ToolError: declined by the user\n{'v': 1}\n", "{answer}");
+    }
+}
+
+#[apply(integration_test!)]
+async fn a_client_without_elicitation_is_told_to_enable_it_or_call_the_tool_directly() {
+    let Some(report) = over_stdio(&confirm_config("", ""), &[]).await else { return };
+    let Some(output) = program_output(&report) else { return };
+    assert!(
+        output.starts_with(
+            "ToolError: 'mcp__mock__add' needs the user's approval (tools.confirm), but this client does \
+                            not support MCP elicitation: enable elicitation in the client, or call the tool directly\n"
+        ),
+        "{output}"
+    );
+}
+
+#[apply(integration_test!)]
+async fn the_time_limit_stands_still_while_the_user_thinks_and_the_wait_is_bounded() {
+    // The person takes 8 s; the run may use 5 s: it succeeds, since the wait does not count.
+    let slow = confirm_config("  timeout_seconds: 5\n", "");
+    let Some(report) = over_stdio(&slow, &["--elicit", "accept", "--elicit-delay", "8"]).await else { return };
+    let Some(output) = program_output(&report) else { return };
+    assert_eq!(output, "sum 3\n{'v': 1}\n");
+    // The wait for the person is bounded by confirm_timeout_seconds.
+    let bounded = confirm_config("", "  confirm_timeout_seconds: 1\n");
+    let Some(report) = over_stdio(&bounded, &["--elicit", "accept", "--elicit-delay", "30"]).await else { return };
+    let Some(output) = program_output(&report) else { return };
+    assert!(
+        output.starts_with("ToolError: 'mcp__mock__add' was not approved within 1s (tools.confirm_timeout_seconds)"),
+        "{output}"
+    );
+}
+
+#[apply(integration_test!)]
+async fn a_2026_client_is_asked_through_input_required_results_and_the_run_resumes() {
+    let Some(python) = required_path("python-sdk", "PTC_TEST_SDK_PYTHON") else { return };
+    let ptc = HttpPtc::start(&confirm_config("", ""), "    max_concurrent_runs: 4\n").await;
+    let twice = format!("{PROGRAM}\n{PROGRAM}");
+    for (answer, expected) in [
+        ("accept", "sum 3\n{'v': 1}\nsum 3\n{'v': 1}\n"),
+        ("decline", "ToolError: declined by the user\n{'v': 1}\nToolError: declined by the user\n{'v': 1}\n"),
+        ("cancel", "ToolError: declined by the user\n{'v': 1}\nToolError: declined by the user\n{'v': 1}\n"),
+    ] {
+        let output = tokio::process::Command::new(&python)
+            .arg(repo_path("tests/clients/sdk_client.py"))
+            .args(["--protocol", "2026-07-28", "--elicit", answer, "--progress", "--code", &twice, "--url", &ptc.url()])
+            .output()
+            .await
+            .unwrap();
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let Some(output) = program_output(&report) else { return };
+        assert_eq!(output, expected, "{answer}: {report}");
+        let asked = report["elicitations"].as_array().unwrap();
+        assert_eq!(asked.len(), 2, "one question per call, across three requests: {report}");
+        assert!(asked[1].as_str().unwrap().contains("mcp__mock__add (line 8 of the program)"), "{report}");
+        let progress: Vec<f64> =
+            report["progress"].as_array().unwrap().iter().map(|p| p["progress"].as_f64().unwrap()).collect();
+        assert!(progress.windows(2).all(|w| w[0] < w[1]), "increasing across the requests: {progress:?}");
+    }
+}
+
+#[apply(integration_test!)]
+async fn a_2026_client_cannot_resume_with_a_state_it_was_not_given() {
+    let ptc = HttpPtc::start(&confirm_config("", ""), "    max_concurrent_runs: 4\n").await;
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"execute_program","arguments":{"code":"print(1)"},"requestState":"0123456789abcdef0123456789abcdef","inputResponses":{"approval":{"action":"accept"}},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let headers =
+        [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "execute_program")];
+    let (status, response) = crate::http::raw(ptc.port(), "/mcp", &headers, call).await;
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        response.contains("\"isError\":true") && response.contains("requestState names no run waiting"),
+        "{response}"
+    );
+}
+
+#[apply(integration_test!)]
+async fn ptc_mcp_run_cannot_ask_anyone_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), confirm_config("", "")).unwrap();
+    std::fs::write(dir.path().join("p.py"), PROGRAM).unwrap();
+    let out =
+        tokio::process::Command::new(binary()).args(["run", "p.py"]).current_dir(dir.path()).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if stdout.contains("SandboxError") {
+        let _ = sandbox_unusable(&stdout);
+        return;
+    }
+    assert!(
+        stdout.contains(
+            "ToolError: 'mcp__mock__add' needs the user's approval (tools.confirm), and nobody can be asked here"
+        ),
+        "{stdout}"
+    );
+}

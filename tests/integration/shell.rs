@@ -1,0 +1,186 @@
+//! The shell commands run as a user would: `check`, `tools` and `run`, with their output and exit status.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+use crate::common::*;
+
+/// What one command printed, and how it exited.
+struct Shell {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `ptc-mcp ARGS` with `config_text` as ./config.yaml in a temp dir (found by the default search),
+/// `stdin` on its stdin.
+async fn shell(args: &[&str], config_text: &str, stdin: &str) -> Shell {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), config_text).unwrap();
+    shell_in(dir.path(), args, stdin).await
+}
+
+async fn shell_in(dir: &Path, args: &[&str], stdin: &str) -> Shell {
+    let mut child = tokio::process::Command::new(binary())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("PTC_MCP_CONFIG")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let output = tokio::time::timeout(Duration::from_secs(180), child.wait_with_output())
+        .await
+        .expect("the command ends")
+        .unwrap();
+    Shell {
+        status: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+#[apply(integration_test!)]
+async fn check_prints_one_row_per_server_and_exits_0_when_all_is_well() {
+    let out = shell(&["check"], &config(&[mock_server("mock", &[])], ""), "").await;
+    if out.stdout.contains("unavailable:") {
+        return skip_for_sandbox(&out.stdout);
+    }
+    assert_eq!(out.status, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "config   config.yaml: valid");
+    assert!(lines[1].starts_with(&format!("sandbox  {}: ", resolved_sandbox())), "{}", out.stdout);
+    assert_eq!(columns(lines[2]), ["server", "status", "tools", "time", "error"]);
+    let row = columns(lines[3]);
+    assert_eq!(&row[..2], ["mock", "connected"], "{}", out.stdout);
+    assert!(row[2].parse::<usize>().unwrap() > 5 && row[3].ends_with('s'), "{}", out.stdout);
+    assert_eq!(lines.len(), 4, "{}", out.stdout);
+}
+
+#[apply(integration_test!)]
+async fn check_names_a_server_that_cannot_start_in_words_and_exits_1() {
+    let missing = "  - name: gone\n    command: /nonexistent/mcp-server\n".to_string();
+    let out = shell(&["check"], &config(&[mock_server("mock", &[]), missing], ""), "").await;
+    assert_eq!(out.status, Some(1), "{}\n{}", out.stdout, out.stderr);
+    let gone = out.stdout.lines().find(|l| l.starts_with("gone ")).expect(&out.stdout);
+    let row = columns(gone);
+    assert_eq!((row[1].as_str(), row[2].as_str()), ("unavailable", "0"), "{gone}");
+    assert!(gone.contains("/nonexistent/mcp-server") && gone.contains("No such file"), "{gone}");
+    assert!(out.stdout.lines().any(|l| l.starts_with("mock ") && l.contains(" connected ")), "{}", out.stdout);
+}
+
+#[apply(integration_test!)]
+async fn check_fails_with_status_2_on_a_bad_config() {
+    let out = shell(&["check"], "execution:\n  max_tool_calls: 0\n", "").await;
+    assert_eq!(out.status, Some(2));
+    assert!(out.stderr.contains("execution.max_tool_calls: must be at least 1"), "{}", out.stderr);
+    assert_eq!(out.stdout, "");
+}
+
+#[apply(integration_test!)]
+async fn tools_lists_the_callable_names_one_a_line_or_as_json() {
+    let text = config(&[mock_server("mock", &[])], "");
+    let out = shell(&["tools"], &text, "").await;
+    assert_eq!(out.status, Some(0), "{}", out.stderr);
+    let names: Vec<&str> = out.stdout.lines().collect();
+    assert!(names.contains(&"mcp__mock__echo") && names.contains(&"mcp__mock__add"), "{}", out.stdout);
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted: {names:?}");
+    let json = shell(&["tools", "--json"], &text, "").await;
+    let listed: Vec<String> = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(listed, names);
+}
+
+#[apply(integration_test!)]
+async fn tools_names_a_missing_server_on_stderr() {
+    let out = shell(&["tools"], &config(&[mock_server("failing", &["--fail-start"])], ""), "").await;
+    assert_eq!((out.status, out.stdout.as_str()), (Some(0), ""));
+    assert!(out.stderr.contains("server 'failing' is unavailable"), "{}", out.stderr);
+}
+
+#[apply(integration_test!)]
+async fn run_prints_exactly_the_execute_program_text_and_exits_by_outcome() {
+    let text = config(&[mock_server("mock", &[])], "");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), &text).unwrap();
+    std::fs::write(dir.path().join("ok.py"), "r = await mcp__mock__add(a=1, b=2)\nprint(r['sum'])\nemit({'n': 1})\n")
+        .unwrap();
+    let out = shell_in(dir.path(), &["run", "ok.py"], "").await;
+    if out.stdout.contains("SandboxError") {
+        return skip_for_sandbox(&out.stdout);
+    }
+    assert_eq!(out.status, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        without_call_time(&out.stdout),
+        "[Script executed successfully]\n3\n--- result ---\n{\"n\":1}\n[tool calls: 1; Ts]\n"
+    );
+    let failed = shell_in(dir.path(), &["run", "-"], "print('before')\n1/0\n").await;
+    assert_eq!(failed.status, Some(1));
+    assert!(
+        failed
+            .stdout
+            .starts_with("[Script execution failed]\nTraceback (most recent call last):\n  File \"<program>\", line 2"),
+        "{}",
+        failed.stdout
+    );
+    assert!(failed.stdout.ends_with("--- output before the error ---\nbefore\n"), "{}", failed.stdout);
+}
+
+#[apply(integration_test!)]
+async fn run_exits_2_when_the_sandbox_cannot_run_programs_or_the_file_is_missing() {
+    let text = "execution:\n  sandbox: none\n  python: /nonexistent/python3\n";
+    let out = shell(&["run", "-"], text, "print(1)").await;
+    assert_eq!(out.status, Some(2), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.starts_with("[Script execution failed]\nSandboxError: "), "{}", out.stdout);
+    let missing = shell(&["run", "nope.py"], "", "").await;
+    assert_eq!(missing.status, Some(2));
+    assert!(missing.stderr.contains("cannot read the program from nope.py"), "{}", missing.stderr);
+}
+
+#[apply(integration_test!)]
+async fn the_config_comes_from_the_flag_or_the_environment_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("elsewhere.yaml");
+    std::fs::write(&path, config(&[mock_server("viaenv", &[])], "")).unwrap();
+    let flag = shell_in(dir.path(), &["tools", "--config", path.to_str().unwrap()], "").await;
+    assert!(flag.stdout.contains("mcp__viaenv__echo"), "{}{}", flag.stdout, flag.stderr);
+    let output = tokio::process::Command::new(binary())
+        .arg("tools")
+        .env("PTC_MCP_CONFIG", &path)
+        .current_dir(dir.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stdout).contains("mcp__viaenv__echo"));
+}
+
+#[apply(integration_test!)]
+async fn tools_query_says_it_needs_issue_11_until_then() {
+    let out = shell(&["tools", "--query", "add"], "", "").await;
+    assert_eq!(out.status, Some(2));
+    assert!(out.stderr.contains("issue 11"), "{}", out.stderr);
+}
+
+fn columns(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+/// The sandbox under test as `check` names it (`auto` resolved).
+fn resolved_sandbox() -> String {
+    match sandbox_under_test().as_str() {
+        "auto" => "landlock".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn skip_for_sandbox(why: &str) {
+    let _ = sandbox_unusable(why);
+}
