@@ -97,7 +97,10 @@ class Channel:
                 del self._buffer[:end + 1]  # O(1) for a bytearray's front
                 return line
             scanned = len(self._buffer)
-            chunk = os.read(self._in, LINE_READ_CHUNK)
+            try:
+                chunk = os.read(self._in, LINE_READ_CHUNK)
+            except OSError:  # the program closed the channel's fd: nothing can reach it any more
+                chunk = b""
             if not chunk:
                 os._exit(0)  # EOF: the server is gone, never outlive it
             self._buffer += chunk
