@@ -27,7 +27,14 @@
 //! MemoryError or `Blocked` (a bug in the attempt, never a silent "blocked") fails the test. Attempts are harmless
 //! when they succeed: they undo what they did (remove created files, unmount, set metadata to its current value,
 //! use signal 0, attach to the server as a tracer without stopping it), and after each one the server must still
-//! run a program.
+//! run a program. Where the target is the host's (a device node, a file, a SysV segment, a socket, another
+//! process), the test also takes evidence on the host side before and after: a blocked attempt must leave it
+//! unchanged, an escape must have changed it. An attempt whose escape would reach beyond the test (renicing every
+//! process of the user) is not run under `none`, and says so.
+//!
+//! The landlock sandbox runs with namespaces, or degraded without them (`--check-sandbox landlock` says which;
+//! `PTC_TEST_LANDLOCK_MODE=namespaces|degraded` makes the other fail). Degraded mode has documented gaps (marked
+//! `degraded: escapes`): the existence of host files can be probed and scratch is not size-limited.
 
 use std::time::{Duration, Instant};
 
@@ -49,6 +56,23 @@ enum UnderNone {
     /// Escapes as root; for an ordinary user a sysctl decides (named in the attempt's doc), so only a run as root
     /// checks what `none` does.
     EscapesAsRootElseBySysctl,
+    /// Would escape, with effects beyond the test on the machine running it (e.g. renicing every process of the
+    /// user): not run under `none`, which prints why.
+    NotRun(&'static str),
+}
+
+/// What an attempt must do in each sandbox: blocked by every real sandbox, except the documented gaps of the
+/// landlock sandbox's degraded mode (no namespaces: the existence of host files and processes, scratch size).
+#[derive(Clone, Copy, Debug)]
+struct Expect {
+    none: UnderNone,
+    escapes_degraded_landlock: bool,
+}
+
+impl From<UnderNone> for Expect {
+    fn from(none: UnderNone) -> Expect {
+        Expect { none, escapes_degraded_landlock: false }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -180,22 +204,29 @@ def exec_argv(what):
 "#;
 
 /// Runs one attempt in a fresh server and checks its verdict against the sandbox under test.
-async fn attempt(name: &str, under_none: UnderNone, code: &str) {
+async fn attempt(name: &str, expect: impl Into<Expect>, code: &str) -> Option<Outcome> {
     let ptc = Ptc::start(&config(&[], EXECUTION)).await;
-    attempt_in(&ptc, name, under_none, code).await;
+    attempt_in(&ptc, name, expect.into(), code).await
 }
 
-async fn attempt_in(ptc: &Ptc, name: &str, under_none: UnderNone, code: &str) {
-    let Some(()) = require_backend(ptc).await else { return };
+/// Runs one attempt and checks its verdict; `None` when it was skipped (the backend is unavailable, the attempt
+/// cannot be made here, or it is not run under `none`).
+async fn attempt_in(ptc: &Ptc, name: &str, expect: Expect, code: &str) -> Option<Outcome> {
+    require_backend(ptc).await?;
     let sandbox = sandbox_under_test();
+    if let ("none", UnderNone::NotRun(why)) = (sandbox.as_str(), expect.none) {
+        eprintln!("SKIPPED: {name} is not run under none: {why}");
+        return None;
+    }
     let run = ptc.execute(&format!("{PRELUDE}\n{code}")).await;
-    let Some((outcome, detail)) = verdict(&run) else { return };
+    let (outcome, detail) = verdict(&run)?;
     eprintln!("{name} [{sandbox}]: {outcome:?}: {detail}");
     let as_root = running_as_root();
-    let expected = match (sandbox.as_str(), under_none) {
+    let expected = match (sandbox.as_str(), expect.none) {
         ("none", UnderNone::Escapes) => Outcome::Escaped,
         ("none", UnderNone::EscapesAsRoot | UnderNone::EscapesAsRootElseBySysctl) if as_root => Outcome::Escaped,
         ("none", UnderNone::EscapesAsRootElseBySysctl) => outcome,
+        ("landlock", _) if expect.escapes_degraded_landlock && landlock_is_degraded() => Outcome::Escaped,
         _ => Outcome::Blocked,
     };
     assert_eq!(
@@ -204,6 +235,54 @@ async fn attempt_in(ptc: &Ptc, name: &str, under_none: UnderNone, code: &str) {
     );
     // Whatever the attempt did (exec, tracing the server, mounting), the server still runs programs.
     assert_eq!(ptc.execute("print('still here')").await.expect_ok(), "[Script executed successfully]\nstill here");
+    Some(outcome)
+}
+
+/// Runs one attempt with evidence taken on the host, before and after: a blocked attempt must leave it as it
+/// was, and an escape must have changed it (so the evidence is known to see an escape).
+async fn attempt_with_evidence<T: PartialEq + std::fmt::Debug>(
+    name: &str,
+    expect: impl Into<Expect>,
+    code: &str,
+    evidence: impl Fn() -> T,
+) {
+    let before = evidence();
+    let outcome = attempt(name, expect, code).await;
+    let after = evidence();
+    match outcome {
+        Some(Outcome::Blocked) => assert_eq!(after, before, "{name}: blocked, but the host-side evidence changed"),
+        Some(Outcome::Escaped) => {
+            assert_ne!(after, before, "{name}: escaped, but the host-side evidence did not change")
+        }
+        None => {}
+    }
+}
+
+/// Whether the landlock sandbox runs degraded (without namespaces) here, as `--check-sandbox` reports it.
+/// `PTC_TEST_LANDLOCK_MODE` (`namespaces` or `degraded`, set by CI) makes a different mode fail the tests.
+fn landlock_is_degraded() -> bool {
+    static DEGRADED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DEGRADED.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(&config, config_text_for_check()).unwrap();
+        let output = std::process::Command::new(binary())
+            .args(["--check-sandbox", "landlock", "--config"])
+            .arg(&config)
+            .output()
+            .expect("ptc-mcp --check-sandbox runs");
+        let report = String::from_utf8_lossy(&output.stdout).to_string();
+        let degraded = report.contains("degraded");
+        let mode = if degraded { "degraded" } else { "namespaces" };
+        if let Ok(expected) = std::env::var("PTC_TEST_LANDLOCK_MODE") {
+            assert_eq!(mode, expected, "PTC_TEST_LANDLOCK_MODE says {expected}, but the sandbox runs: {report}");
+        }
+        degraded
+    })
+}
+
+fn config_text_for_check() -> String {
+    config(&[], EXECUTION)
 }
 
 /// The verdict a run printed (`None` for SKIPPED). An interpreter killed by a sandbox or limit is BLOCKED.
@@ -243,8 +322,17 @@ fn running_as_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// One test per attempt: `escape_attempt!(name, under none: Expectation, "python code")`.
+/// One test per attempt: `escape_attempt!(name, under none: Expectation, "python code")`; with
+/// `degraded: escapes` after the expectation, a documented gap of the landlock sandbox's degraded mode.
 macro_rules! escape_attempt {
+    ($(#[$doc:meta])* $name:ident, under none: $none:ident, degraded: escapes, $code:expr) => {
+        $(#[$doc])*
+        #[tokio::test]
+        async fn $name() {
+            let expect = Expect { none: UnderNone::$none, escapes_degraded_landlock: true };
+            attempt(stringify!($name), expect, $code).await;
+        }
+    };
     ($(#[$doc:meta])* $name:ident, under none: $none:ident, $code:expr) => {
         $(#[$doc])*
         #[tokio::test]
@@ -274,7 +362,7 @@ probe(create_file_in, real_home())
 escape_attempt!(
     /// `stat` of host paths must fail exactly like `stat` of a path that does not exist (Landlock alone does not
     /// stop stat). Parents of the interpreter's files (e.g. /root for a pyenv in /root) are not asked about.
-    the_existence_of_host_files_cannot_be_probed, under none: Escapes, r#"
+    the_existence_of_host_files_cannot_be_probed, under none: Escapes, degraded: escapes, r#"
 def stat_result(path):
     try:
         os.stat(path)
@@ -374,6 +462,120 @@ def setxattr(path):
     os.removexattr(path, 'user.ptc_escape_probe')
     return 'set (and removed) user.ptc_escape_probe'
 probe(setxattr, sys.executable, real_home())
+"#);
+
+/// Mode, owner, times, inode change time and extended attributes of a host path, as the host sees them.
+fn host_metadata(path: &std::path::Path) -> (u32, u32, u32, i64, i64, i64, Vec<String>) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut names = vec![0u8; 4096];
+    // SAFETY: listxattr into a buffer of the given size.
+    let len = unsafe { libc::listxattr(c_path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    names.truncate(len.max(0) as usize);
+    let xattrs =
+        names.split(|&b| b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into()).collect();
+    let mtime = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+    let ctime = meta.ctime() * 1_000_000_000 + meta.ctime_nsec();
+    (meta.mode(), meta.uid(), meta.gid(), mtime, ctime, meta.atime(), xattrs)
+}
+
+/// A Python string literal for a host path (JSON strings are Python literals).
+fn py_str(path: &std::path::Path) -> String {
+    serde_json::to_string(&path.display().to_string()).unwrap()
+}
+
+/// /dev/null is the host's own device node, bound into the sandbox: its mode, owner and times must not change
+/// (a server running as root made them changeable; any user may set the times of a file it can write). Only
+/// values it already has are written, so an escape changes nothing but the inode change time, the host-side
+/// evidence. Writing to the device must still work (`devices_still_work`).
+#[tokio::test]
+async fn changing_the_metadata_of_dev_null_is_blocked() {
+    let code = r#"
+st = os.stat('/dev/null')
+CHANGES = {
+    'chmod': lambda: os.chmod('/dev/null', st.st_mode & 0o7777),
+    'chown': lambda: os.chown('/dev/null', st.st_uid, st.st_gid),
+    'utime to now': lambda: os.utime('/dev/null'),
+    'utime': lambda: os.utime('/dev/null', ns=(st.st_atime_ns, st.st_mtime_ns)),
+}
+def change(what):
+    CHANGES[what]()
+    return f'{what} of /dev/null succeeded'
+probe(change, *CHANGES)
+"#;
+    let dev_null = std::path::Path::new("/dev/null");
+    attempt_with_evidence("changing_the_metadata_of_dev_null_is_blocked", UnderNone::Escapes, code, || {
+        host_metadata(dev_null)
+    })
+    .await;
+}
+
+/// A file of the user the server runs as, outside scratch, whose mode, times and extended attributes the
+/// program tries to change, by path and through an O_PATH descriptor, with the old calls and the newest ones
+/// (fchmodat2, setxattrat). Landlock does not cover metadata: without namespaces only seccomp can refuse.
+#[tokio::test]
+async fn changing_the_metadata_of_the_users_own_files_is_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("own-file");
+    std::fs::write(&file, "mine").unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let code = format!(
+        r#"
+import struct
+TARGET = {target}
+AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+def path_fd():
+    return os.open(TARGET, os.O_PATH)
+value = ctypes.create_string_buffer(b'1')
+xattr_args = ctypes.create_string_buffer(struct.pack('QII', ctypes.addressof(value), 1, 0))
+epoch = ctypes.create_string_buffer(32)  # two zeroed struct timespec
+CHANGES = {{
+    'chmod': lambda: os.chmod(TARGET, 0o644),
+    'fchmodat2': lambda: syscall(452, AT_FDCWD, TARGET.encode(), 0o644, 0),
+    'fchmodat2 on an O_PATH fd': lambda: syscall(452, path_fd(), b'', 0o644, AT_EMPTY_PATH),
+    'utime': lambda: os.utime(TARGET, (0, 0)),
+    'utimensat on an O_PATH fd': lambda: syscall(280, path_fd(), b'', epoch, AT_EMPTY_PATH),
+    'chown to our own ids': lambda: os.chown(TARGET, os.getuid(), os.getgid()),
+    'setxattr': lambda: os.setxattr(TARGET, 'user.ptc_escape_probe', b'1'),
+    'setxattrat': lambda: syscall(463, AT_FDCWD, TARGET.encode(), 0, b'user.ptc_escape_probe', xattr_args, 16),
+}}
+def change(what):
+    CHANGES[what]()
+    return f'{{what}} of {{TARGET}} succeeded'
+probe(change, *CHANGES)
+"#,
+        target = py_str(&file)
+    );
+    attempt_with_evidence("changing_the_metadata_of_the_users_own_files_is_blocked", UnderNone::Escapes, &code, || {
+        host_metadata(&file)
+    })
+    .await;
+}
+
+escape_attempt!(
+    /// With namespaces the mount table is the sandbox's own; without, the host's. Either way programs have no
+    /// use for it. Assumes Linux 6.8+ (listmount and statmount) where `none` is checked.
+    listing_the_mount_table_is_blocked, under none: Escapes, r#"
+import struct
+LSMT_ROOT = 0xFFFFFFFFFFFFFFFF
+def listmount():
+    request = ctypes.create_string_buffer(struct.pack('IIQQQ', 32, 0, LSMT_ROOT, 0, 0))  # struct mnt_id_req
+    ids = (ctypes.c_uint64 * 512)()
+    count = syscall(458, request, ids, 512, 0)
+    return f'{count} mounts listed'
+def statmount():
+    stx = ctypes.create_string_buffer(256)
+    syscall(332, -100, b'/', 0, 0x4000, stx)  # statx(STATX_MNT_ID_UNIQUE) of /
+    mount_id = struct.unpack_from('Q', stx, 0x90)[0]
+    request = ctypes.create_string_buffer(struct.pack('IIQQ', 24, 0, mount_id, 1))  # STATMOUNT_SB_BASIC
+    answer = ctypes.create_string_buffer(4096)
+    syscall(457, request, answer, 4096, 0)
+    return f'statmount of mount {mount_id} answered'
+CALLS = {'listmount': listmount, 'statmount': statmount}
+def mount_table(call):
+    return CALLS[call]()
+probe(mount_table, *CALLS, strict=True)
 "#);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -509,6 +711,51 @@ def socket_syscall():
 probe(socket_syscall, strict=True)
 "#);
 
+/// A datagram socketpair is allowed (asyncio), and on a datagram socket `sendto`, `connect` and `sendmsg` can
+/// name any other socket: the test binds two host sockets of its own (a path in a directory of the server's
+/// user, and an abstract name) and counts what reaches them.
+#[tokio::test]
+async fn reaching_a_host_unix_socket_from_a_socketpair_is_blocked() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.sock");
+    let by_path = UnixDatagram::bind(&path).unwrap();
+    let name = format!("ptc-escape-probe-{}", fastrand::u64(..));
+    let by_name = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    for socket in [&by_path, &by_name] {
+        socket.set_nonblocking(true).unwrap();
+    }
+    let code = format!(
+        r#"
+import socket
+TARGETS = {{'path': {path}, 'abstract name': b'\0' + {name}.encode()}}
+def send(how):
+    method, kind = how.split(' to ')
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    target = TARGETS[kind]
+    if method == 'sendto':
+        a.sendto(b'escaped', target)
+    elif method == 'connect':
+        a.connect(target)
+        a.send(b'escaped')
+    else:
+        a.sendmsg([b'escaped'], [], 0, target)
+    return f'{{how}}: a datagram went to the host socket'
+probe(send, *[f'{{m}} to {{k}}' for m in ('sendto', 'connect', 'sendmsg') for k in TARGETS])
+"#,
+        path = py_str(&path),
+        name = serde_json::to_string(&name).unwrap()
+    );
+    // Datagrams received since the last look (none before the attempt).
+    let received = || {
+        let mut buf = [0u8; 64];
+        [&by_path, &by_name].iter().map(|s| std::iter::from_fn(|| s.recv(&mut buf).ok()).count()).sum::<usize>()
+    };
+    let name = "reaching_a_host_unix_socket_from_a_socketpair_is_blocked";
+    attempt_with_evidence(name, UnderNone::Escapes, &code, received).await;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Other processes: signals, ptrace, rlimits, /proc. Under `none` the runner's parent is the server itself.
 
@@ -590,6 +837,55 @@ def process_vm_readv(pid):
     return f'read {buffer.raw[:count]!r} at {address:#x}'
 probe(process_vm_readv, os.getppid(), strict=True)
 "#);
+
+/// A host process of the test's own, killed when dropped.
+struct HostProcess(std::process::Child);
+
+impl HostProcess {
+    /// `sleep` in its own process group, as the user running the tests (the server's user).
+    fn sleeping() -> HostProcess {
+        use std::os::unix::process::CommandExt;
+        HostProcess(std::process::Command::new("sleep").arg("120").process_group(0).spawn().unwrap())
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// setpriority and ioprio_set aimed at the caller's own user or process group (id 0) reach every process of the
+/// user, or of the group, that the caller can see; seccomp used to check only the id. Host evidence: the nice
+/// value and I/O priority of a host process of the server's user.
+#[tokio::test]
+async fn renicing_other_processes_is_blocked() {
+    let host = HostProcess::sleeping();
+    let pid = host.pid();
+    // SAFETY: plain syscalls reading another process's priorities.
+    let priorities = || unsafe {
+        (libc::getpriority(libc::PRIO_PROCESS, pid as libc::id_t), libc::syscall(libc::SYS_ioprio_get, 1, pid))
+    };
+    let code = r#"
+def renice(what):
+    call, kind = what.split()
+    if call == 'setpriority':
+        which = getattr(os, kind)
+        os.setpriority(which, 0, min(os.getpriority(which, 0) + 1, 19))
+    else:
+        syscall(251, {'IOPRIO_WHO_USER': 3, 'IOPRIO_WHO_PGRP': 2}[kind], 0, 2 << 13 | 7)  # best effort, lowest
+    return f'{what} of id 0 (our user, our group) succeeded'
+probe(renice, 'setpriority PRIO_USER', 'ioprio_set IOPRIO_WHO_USER', 'setpriority PRIO_PGRP',
+      'ioprio_set IOPRIO_WHO_PGRP')
+"#;
+    let none = UnderNone::NotRun("it would renice every process of the user running the tests");
+    attempt_with_evidence("renicing_other_processes_is_blocked", none, code, priorities).await;
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Kernel interfaces the policy shuts off. Each call has valid arguments, so that success is real.
@@ -691,6 +987,172 @@ def mount_tmpfs():
 probe(mount_tmpfs, strict=True)
 "#);
 
+/// A SysV shared memory segment of the host's, removed when dropped.
+struct HostSegment(i32);
+
+impl HostSegment {
+    fn holding(data: &[u8]) -> HostSegment {
+        // SAFETY: shmget/shmat/shmdt of a fresh private segment, written within its size.
+        unsafe {
+            let id = libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600);
+            assert!(id >= 0, "shmget: {}", std::io::Error::last_os_error());
+            let address = libc::shmat(id, std::ptr::null(), 0);
+            assert_ne!(address as isize, -1, "shmat: {}", std::io::Error::last_os_error());
+            std::ptr::copy_nonoverlapping(data.as_ptr(), address.cast(), data.len().min(4096));
+            libc::shmdt(address);
+            HostSegment(id)
+        }
+    }
+
+    /// Who attached it last, how many are attached, when it was last attached.
+    fn attachments(&self) -> (i32, u64, i64) {
+        // SAFETY: IPC_STAT into a zeroed struct.
+        let mut stat: libc::shmid_ds = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::shmctl(self.0, libc::IPC_STAT, &mut stat) }, 0);
+        (stat.shm_lpid, stat.shm_nattch, stat.shm_atime)
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        // SAFETY: removes the segment created above.
+        unsafe { libc::shmctl(self.0, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
+}
+
+/// A SysV shared memory segment the test creates on the host, holding a secret: the program knows its id (ids are
+/// small and guessable) and tries to attach it and read the secret. Host evidence: the segment's last attach.
+#[tokio::test]
+async fn attaching_a_host_sysv_segment_is_blocked() {
+    let segment = HostSegment::holding(b"ptc-host-secret");
+    let code = format!(
+        r#"
+def attach(shmid):
+    address = syscall(30, shmid, None, 0o10000)  # shmat(id, NULL, SHM_RDONLY)
+    data = ctypes.string_at(address, 15)
+    syscall(67, address)  # shmdt
+    return f'read {{data!r}} from the host segment {{shmid}}'
+probe(attach, {id})
+"#,
+        id = segment.0
+    );
+    attempt_with_evidence("attaching_a_host_sysv_segment_is_blocked", UnderNone::Escapes, &code, || {
+        segment.attachments()
+    })
+    .await;
+}
+
+/// A POSIX message queue of the host's, removed when dropped.
+struct HostQueue {
+    name: std::ffi::CString,
+    queue: libc::mqd_t,
+}
+
+impl HostQueue {
+    fn create() -> HostQueue {
+        let name = std::ffi::CString::new(format!("/ptc-escape-probe-{}", fastrand::u64(..))).unwrap();
+        // SAFETY: mq_open of a new queue with default attributes.
+        let queue = unsafe {
+            libc::mq_open(name.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600, std::ptr::null::<u8>())
+        };
+        assert!(queue >= 0, "mq_open: {}", std::io::Error::last_os_error());
+        HostQueue { name, queue }
+    }
+
+    fn messages(&self) -> i64 {
+        // SAFETY: mq_getattr into a zeroed struct.
+        let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::mq_getattr(self.queue, &mut attr) }, 0);
+        attr.mq_curmsgs
+    }
+}
+
+impl Drop for HostQueue {
+    fn drop(&mut self) {
+        // SAFETY: closes and removes the queue created above.
+        unsafe {
+            libc::mq_close(self.queue);
+            libc::mq_unlink(self.name.as_ptr());
+        }
+    }
+}
+
+/// A POSIX message queue the test creates on the host: the program tries to open it by name and send to it.
+/// Host evidence: the number of messages in the queue.
+#[tokio::test]
+async fn sending_to_a_host_message_queue_is_blocked() {
+    let queue = HostQueue::create();
+    let name = queue.name.to_str().unwrap().trim_start_matches('/').to_string();
+    let code = format!(
+        r#"
+def send(name):
+    fd = syscall(240, name.encode(), os.O_WRONLY, 0, None)  # mq_open
+    syscall(242, fd, b'escaped', 7, 0, None)  # mq_timedsend
+    return f'sent a message to the host queue {{name}}'
+probe(send, {name})
+"#,
+        name = serde_json::to_string(&name).unwrap()
+    );
+    attempt_with_evidence("sending_to_a_host_message_queue_is_blocked", UnderNone::Escapes, &code, || queue.messages())
+        .await;
+}
+
+/// inotify instances count against a per-user quota (fs.inotify.max_user_instances) shared with every process of
+/// the same user outside the sandbox, also across user namespaces and containers: the program takes all it can and
+/// holds them for a few seconds while the test, as the same user, keeps trying to get one. fanotify too.
+#[tokio::test]
+async fn exhausting_the_users_inotify_instances_is_blocked() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let code = r#"
+import time
+def hold_inotify_instances():
+    held = []
+    try:
+        while len(held) < 200:
+            held.append(syscall(294, 0o2000000))  # inotify_init1(IN_CLOEXEC)
+    except OSError:
+        if not held:
+            raise
+    time.sleep(4)  # while the host side tries to get one
+    return f'held {len(held)} inotify instances for 4 s'
+def fanotify_init():
+    fd = syscall(300, 0x200, os.O_RDONLY)  # FAN_CLASS_NOTIF | FAN_REPORT_FID: allowed without privileges
+    return f'fanotify fd {fd}'
+CALLS = {'inotify': hold_inotify_instances, 'fanotify': fanotify_init}
+def watch(kind):
+    return CALLS[kind]()
+probe(watch, *CALLS, strict=True)
+"#;
+    let name = "exhausting_the_users_inotify_instances_is_blocked";
+    let ptc = Ptc::start(&config(&[], EXECUTION)).await;
+    let (done, starved) = (AtomicBool::new(false), AtomicBool::new(false));
+    let none = UnderNone::NotRun("it would take every inotify instance of the user running the tests");
+    let run = async {
+        let outcome = attempt_in(&ptc, name, none.into(), code).await;
+        done.store(true, Ordering::SeqCst);
+        outcome
+    };
+    let host_side = async {
+        while !done.load(Ordering::SeqCst) {
+            // SAFETY: inotify_init1 and close of the fd it returns.
+            let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+            if fd >= 0 {
+                unsafe { libc::close(fd) };
+            } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE) {
+                starved.store(true, Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (outcome, ()) = tokio::join!(run, host_side);
+    let starved = starved.load(Ordering::SeqCst);
+    match outcome {
+        Some(Outcome::Blocked) => assert!(!starved, "{name}: blocked, yet the host side could not get an instance"),
+        Some(Outcome::Escaped) => assert!(starved, "{name}: escaped, yet the host side always got an instance"),
+        None => {}
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Privileges and what the process inherited.
 
@@ -734,7 +1196,7 @@ async fn no_fds_are_inherited_beyond_the_runners_own() {
     let ptc = Ptc::start(&config(&[], EXECUTION)).await;
     // SAFETY: closes the fd opened above.
     unsafe { libc::close(planted) };
-    attempt_in(&ptc, "no_fds_are_inherited_beyond_the_runners_own", UnderNone::Blocked, FOREIGN_FDS).await;
+    attempt_in(&ptc, "no_fds_are_inherited_beyond_the_runners_own", UnderNone::Blocked.into(), FOREIGN_FDS).await;
 }
 
 const FOREIGN_FDS: &str = r#"
@@ -806,7 +1268,7 @@ escape_attempt!(
 
 escape_attempt!(
     /// 32 MiB files stay under the file-size rlimit: `none` does not limit scratch in total.
-    filling_the_disk_with_many_files_is_stopped, under none: Escapes,
+    filling_the_disk_with_many_files_is_stopped, under none: Escapes, degraded: escapes,
     &format!("{FILL_SCRATCH}probe(fill_scratch, 32)")
 );
 
@@ -928,6 +1390,39 @@ print(sorted(os.listdir('.')))
 "#,
     "hello ['a.txt'] 5\ntemp True\n['b.txt', 'sub']"
 );
+
+still_works!(
+    devices_still_work,
+    r#"
+with open('/dev/null', 'w') as f:
+    print(f.write('discarded'))
+print(open('/dev/null', 'rb').read(), open('/dev/zero', 'rb').read(4), len(open('/dev/urandom', 'rb').read(4)))
+"#,
+    "9\nb'' b'\\x00\\x00\\x00\\x00' 4"
+);
+
+/// `shutil.copy` sets the copy's mode and `copy2` its times as well: metadata changes in scratch work, except in
+/// the landlock sandbox's degraded mode, where they are denied everywhere (documented: `shutil.copyfile` works).
+#[tokio::test]
+async fn copying_files_with_shutil_still_works() {
+    let code = r#"
+import os, shutil
+with open('a', 'w') as f:
+    f.write('x')
+shutil.copyfile('a', 'plain')
+print(open('plain').read())
+try:
+    os.chmod('a', 0o640)
+    shutil.copy('a', 'b')
+    shutil.copy2('a', 'c')
+    print(oct(os.stat('b').st_mode & 0o777), os.stat('c').st_mtime_ns == os.stat('a').st_mtime_ns)
+except PermissionError as e:
+    print('metadata changes denied:', e.strerror)
+"#;
+    let degraded = sandbox_under_test() == "landlock" && landlock_is_degraded();
+    let expected = if degraded { "x\nmetadata changes denied: Operation not permitted" } else { "x\n0o640 True" };
+    works(false, code, expected).await;
+}
 
 still_works!(
     urandom_still_works,

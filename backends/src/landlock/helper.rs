@@ -98,11 +98,14 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
     layers.push("capabilities dropped, no_new_privs".to_string());
     let exec = Exec::new(&policy)?;
     step("setting resource limits", rlimits::apply(&rlimits::for_run(&policy.limits, policy.cpu_seconds)))?;
-    layers.push("seccomp".to_string());
+    // Without namespaces every host file is on its own writable mount: metadata changes are denied everywhere.
+    let deny_metadata = !unshared;
+    layers.push(if deny_metadata { "seccomp (metadata changes denied everywhere)" } else { "seccomp" }.to_string());
     eprintln!("{LAYERS_PREFIX}{}", layers.join("; "));
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
-    let filters = step("building the seccomp filters", seccomp::filters(pid, exec.path.as_ptr() as u64))?;
+    let target = seccomp::Target { pid, exec_path: exec.path.as_ptr() as u64, deny_metadata };
+    let filters = step("building the seccomp filters", seccomp::filters(target))?;
     for filter in &filters {
         step("installing a seccomp filter", seccompiler::apply_filter(filter))?;
     }
@@ -228,10 +231,13 @@ fn bind_read_only(bind: &Bind, source: &OwnedFd, target: &Path) -> Result<(), St
     mount(Some(&from), target, None, libc::MS_BIND | libc::MS_REC, None)?;
     // A remount must keep the flags the kernel locked on the source mount, so start from those.
     let mut flags = locked_flags(target)? | libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID;
+    // Read-only everywhere: a read-only mount refuses changes of modes, owners, times and extended attributes
+    // (which Landlock does not cover), while device nodes on it can still be written to.
+    flags |= libc::MS_RDONLY;
     match bind.access {
-        BindAccess::Exec => flags |= libc::MS_RDONLY | libc::MS_NODEV,
-        BindAccess::Read => flags |= libc::MS_RDONLY | libc::MS_NODEV | libc::MS_NOEXEC,
-        BindAccess::ReadWrite => flags |= libc::MS_NOEXEC,
+        BindAccess::Exec => flags |= libc::MS_NODEV,
+        BindAccess::Read => flags |= libc::MS_NODEV | libc::MS_NOEXEC,
+        BindAccess::Device { .. } => flags |= libc::MS_NOEXEC,
     }
     mount(None, target, None, flags, None)
 }
@@ -272,7 +278,8 @@ fn restrict_with_landlock(policy: &Policy) -> Result<String, StepError> {
         let access = match bind.access {
             BindAccess::Exec => AccessFs::from_read(abi),
             BindAccess::Read => AccessFs::ReadFile | AccessFs::ReadDir,
-            BindAccess::ReadWrite => AccessFs::from_file(abi) & !AccessFs::Execute,
+            BindAccess::Device { write: true } => AccessFs::from_file(abi) & !AccessFs::Execute,
+            BindAccess::Device { write: false } => AccessFs::ReadFile.into(),
         };
         ruleset = step("landlock: adding a rule", ruleset.add_rule(rule(&bind.path, access)?))?;
     }

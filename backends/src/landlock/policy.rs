@@ -40,8 +40,9 @@ pub enum BindAccess {
     Exec,
     /// Read only (data such as time-zone files).
     Read,
-    /// Read and write (the `/dev/null`-like devices).
-    ReadWrite,
+    /// A device node (`/dev/null` and the like): opened for reading, and for writing if `write`; bound
+    /// read-only like everything else, which leaves the device itself writable but its mode and times not.
+    Device { write: bool },
 }
 
 /// System directories that may hold the loader and the libraries the interpreter links against.
@@ -56,10 +57,10 @@ fn library_candidates(multiarch: &str) -> Vec<PathBuf> {
 }
 
 const DEVICES: [(&str, BindAccess); 4] = [
-    ("/dev/null", BindAccess::ReadWrite),
-    ("/dev/zero", BindAccess::ReadWrite),
-    ("/dev/urandom", BindAccess::Read),
-    ("/dev/random", BindAccess::Read),
+    ("/dev/null", BindAccess::Device { write: true }),
+    ("/dev/zero", BindAccess::Device { write: true }),
+    ("/dev/urandom", BindAccess::Device { write: false }),
+    ("/dev/random", BindAccess::Device { write: false }),
 ];
 
 /// The time-zone database the standard library's `zoneinfo` reads.
@@ -208,9 +209,9 @@ mod tests {
                 ("/usr/lib64", BindAccess::Exec),
                 ("/usr/lib/x86_64-linux-gnu", BindAccess::Exec),
                 ("/usr/share/zoneinfo", BindAccess::Read),
-                ("/dev/null", BindAccess::ReadWrite),
-                ("/dev/zero", BindAccess::ReadWrite),
-                ("/dev/urandom", BindAccess::Read),
+                ("/dev/null", BindAccess::Device { write: true }),
+                ("/dev/zero", BindAccess::Device { write: true }),
+                ("/dev/urandom", BindAccess::Device { write: false }),
             ]
         );
         assert_eq!(policy.symlinks, [("/lib".into(), "usr/lib".into()), ("/lib64".into(), "usr/lib64".into())]);
