@@ -85,6 +85,7 @@ fn backend_settings(config: &Config) -> Option<BackendSettings> {
             python: config.execution.python.clone(),
             helper,
             docker: config.execution.docker.clone(),
+            allow_degraded: config.execution.allow_degraded,
         }),
         Err(e) => {
             eprintln!("ptc-mcp: cannot find its own executable (needed to start sandboxes): {e}");

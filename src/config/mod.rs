@@ -137,6 +137,9 @@ pub struct ExecutionConfig {
     pub pool_size: usize,
     /// The `docker` backend: engine, image and container limits.
     pub docker: DockerSettings,
+    /// Run programs in the landlock sandbox's degraded mode (no user namespaces: programs can learn which host
+    /// files exist, and scratch is not size-limited). Off: such a machine refuses programs and says why.
+    pub allow_degraded: bool,
 }
 
 impl Default for ExecutionConfig {
@@ -154,6 +157,7 @@ impl Default for ExecutionConfig {
             limits: Limits::default(),
             pool_size: 2,
             docker: DockerSettings::default(),
+            allow_degraded: false,
         }
     }
 }

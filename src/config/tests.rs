@@ -69,6 +69,7 @@ fn an_empty_document_gives_the_seed_defaults() {
         assert_eq!(e.max_tool_result_bytes, 16_777_216);
         assert_eq!(e.limits, Limits { memory_mb: 1024, scratch_mb: 256, open_files: 256, file_size_mb: 64 });
         assert_eq!(e.pool_size, 2);
+        assert!(!e.allow_degraded);
         assert_eq!(e.docker, DockerSettings::default());
         assert_eq!((e.docker.image.as_str(), e.docker.host.as_deref()), ("python:3.12-slim", None));
         assert_eq!((e.docker.memory_mb(&e.limits), e.docker.scratch_mb(&e.limits)), (1024 + 256, 256));
@@ -198,4 +199,11 @@ fn remote_urls_and_headers_are_checked_after_expansion_without_showing_values() 
 fn a_named_file_that_does_not_exist_is_an_error() {
     let err = Config::load(Some(Path::new("/nonexistent/ptc.yaml"))).unwrap_err();
     assert!(err.to_string().starts_with("cannot read config /nonexistent/ptc.yaml"), "{err}");
+}
+
+#[test]
+fn degraded_sandboxes_are_an_explicit_opt_in() {
+    assert!(parse("execution:\n  allow_degraded: true\n").unwrap().execution.allow_degraded);
+    let err = parse("execution:\n  allow_degraded: sometimes\n").unwrap_err();
+    assert!(err.starts_with("execution.allow_degraded: "), "{err}");
 }

@@ -343,6 +343,36 @@ macro_rules! escape_attempt {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Degraded mode.
+
+/// Without user namespaces the landlock sandbox cannot hide which host files exist: the server refuses programs
+/// unless `execution.allow_degraded: true`, and says what is missing and how to opt in; so does
+/// `--check-sandbox`. Runs where the landlock sandbox is degraded.
+#[tokio::test]
+async fn degraded_mode_is_refused_without_the_opt_in() {
+    if sandbox_under_test() != "landlock" || !landlock_is_degraded() {
+        eprintln!("SKIPPED: degraded_mode_is_refused_without_the_opt_in needs the landlock sandbox in degraded mode");
+        return;
+    }
+    let config = format!("execution:\n  sandbox: landlock\n{EXECUTION}");
+    let ptc = Ptc::start(&config).await;
+    let text = ptc.execute("print('ran')").await.expect_error();
+    let parts = ["SandboxError: ", "degraded", "user namespaces", "which host files", "allow_degraded: true"];
+    for part in parts {
+        assert!(text.contains(part), "the refusal should say {part:?}: {text}");
+    }
+    assert!(!text.contains("ran"), "{text}");
+    let path = ptc.dir.path().join("config.yaml");
+    let output = std::process::Command::new(binary())
+        .args(["--check-sandbox", "landlock", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success() && report.contains("allow_degraded: true"), "{report}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // The file system: reads, writes and metadata outside scratch, existence probes.
 
 escape_attempt!(reading_files_outside_scratch_is_blocked, under none: Escapes, r#"

@@ -18,7 +18,7 @@ use landlock::{
 };
 
 use super::policy::{Bind, BindAccess, Policy, SANDBOX_ID};
-use super::{LAYERS_PREFIX, seccomp};
+use super::{DEGRADED_LAYER, LAYERS_PREFIX, seccomp};
 use crate::rlimits;
 
 /// Exit status of a helper that could not set up the sandbox.
@@ -83,7 +83,17 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
             policy.limits.scratch_mb
         ));
     } else {
-        layers.push(format!("no namespaces ({})", std::io::Error::last_os_error()));
+        let why = std::io::Error::last_os_error();
+        if !policy.allow_degraded {
+            return step(
+                "refusing to run degraded",
+                Err(std::io::Error::other(format!(
+                    "user namespaces are unavailable (unshare: {why}), so programs could learn which host files \
+                     exist; enable them, or set execution.allow_degraded: true to run programs without them"
+                ))),
+            );
+        }
+        layers.push(format!("{DEGRADED_LAYER} (unshare: {why})"));
     }
     step("entering the scratch directory", std::env::set_current_dir(&policy.scratch))?;
     // SAFETY: close_range on our own fd table; 0, 1 and 2 stay (the channel and diagnostics).

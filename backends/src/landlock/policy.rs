@@ -26,6 +26,8 @@ pub struct Policy {
     pub args: Vec<String>,
     pub limits: Limits,
     pub cpu_seconds: u64,
+    /// Without user namespaces, run degraded (Landlock and seccomp only) instead of refusing.
+    pub allow_degraded: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +102,7 @@ pub struct PlanRequest<'a> {
     pub args: Vec<String>,
     pub limits: Limits,
     pub cpu_seconds: u64,
+    pub allow_degraded: bool,
 }
 
 /// Plans the sandbox for `request`, looking at host paths with `inspect_path`.
@@ -150,6 +153,7 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
         args: request.args,
         limits: request.limits,
         cpu_seconds: request.cpu_seconds,
+        allow_degraded: request.allow_degraded,
     }
 }
 
@@ -191,6 +195,7 @@ mod tests {
             args: vec!["-I".into()],
             limits: Limits::default(),
             cpu_seconds: 121,
+            allow_degraded: false,
         }
     }
 

@@ -42,10 +42,14 @@ pub fn config(servers: &[String], execution: &str) -> String {
 }
 
 /// `execution` keys the sandbox under test needs here: for `docker`, the runner image that
-/// ci/docker-setup.sh builds (`PTC_TEST_DOCKER_IMAGE`, default `ptc-mcp-runner:local`).
+/// ci/docker-setup.sh builds (`PTC_TEST_DOCKER_IMAGE`, default `ptc-mcp-runner:local`); for `landlock` with
+/// `PTC_TEST_LANDLOCK_MODE=degraded`, the opt-in to run degraded.
 pub fn sandbox_keys() -> String {
     match sandbox_under_test().as_str() {
         "docker" => format!("  docker:\n    image: {}\n", docker_image()),
+        "landlock" if std::env::var("PTC_TEST_LANDLOCK_MODE").as_deref() == Ok("degraded") => {
+            "  allow_degraded: true\n".to_string()
+        }
         _ => String::new(),
     }
 }
