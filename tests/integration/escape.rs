@@ -518,24 +518,33 @@ fn py_str(path: &std::path::Path) -> String {
 /// /dev/null is the host's own device node, bound into the sandbox: its mode, owner and times must not change
 /// (a server running as root made them changeable; any user may set the times of a file it can write). Only
 /// values it already has are written, so an escape changes nothing but the inode change time, the host-side
-/// evidence. Writing to the device must still work (`devices_still_work`).
+/// evidence. A container's /dev/null is a node of its own (another inode), not the host's: changing it is no
+/// escape. Writing to the device must still work (`devices_still_work`).
 #[tokio::test]
 async fn changing_the_metadata_of_dev_null_is_blocked() {
-    let code = r#"
+    use std::os::unix::fs::MetadataExt;
+    let dev_null = std::path::Path::new("/dev/null");
+    let host = std::fs::metadata(dev_null).unwrap();
+    let code = format!(
+        r#"
 st = os.stat('/dev/null')
-CHANGES = {
+if (st.st_dev, st.st_ino) != ({dev}, {ino}):
+    raise SystemExit(print('BLOCKED: /dev/null here is not the host\'s node'))
+CHANGES = {{
     'chmod': lambda: os.chmod('/dev/null', st.st_mode & 0o7777),
     'chown': lambda: os.chown('/dev/null', st.st_uid, st.st_gid),
     'utime to now': lambda: os.utime('/dev/null'),
     'utime': lambda: os.utime('/dev/null', ns=(st.st_atime_ns, st.st_mtime_ns)),
-}
+}}
 def change(what):
     CHANGES[what]()
-    return f'{what} of /dev/null succeeded'
+    return f'{{what}} of /dev/null succeeded'
 probe(change, *CHANGES)
-"#;
-    let dev_null = std::path::Path::new("/dev/null");
-    attempt_with_evidence("changing_the_metadata_of_dev_null_is_blocked", UnderNone::Escapes, code, || {
+"#,
+        dev = host.dev(),
+        ino = host.ino()
+    );
+    attempt_with_evidence("changing_the_metadata_of_dev_null_is_blocked", UnderNone::Escapes, &code, || {
         host_metadata(dev_null)
     })
     .await;
@@ -888,6 +897,39 @@ impl Drop for HostProcess {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// With a pid namespace no other process can be named: a host process of the server's user (alive throughout) must
+/// look like a pid that does not exist to every call that takes a pid and needs no permission over it. Degraded
+/// mode has no pid namespace (documented: `stat('/proc/<pid>')` tells the same).
+#[tokio::test]
+async fn host_processes_cannot_be_found_by_pid() {
+    let host = HostProcess::sleeping();
+    let code = format!(
+        r#"
+import struct
+PID = {pid}
+def capget():
+    header = (ctypes.c_uint32 * 2)(0x20080522, PID)
+    syscall(125, header, (ctypes.c_uint32 * 6)())
+CALLS = {{
+    'getpgid': lambda: os.getpgid(PID),
+    'getsid': lambda: os.getsid(PID),
+    'getpriority': lambda: os.getpriority(os.PRIO_PROCESS, PID),
+    'sched_getscheduler': lambda: os.sched_getscheduler(PID),
+    'sched_getaffinity': lambda: os.sched_getaffinity(PID),
+    'capget': capget,
+}}
+def find(call):
+    CALLS[call]()
+    return f'{{call}}({{PID}}) found the host process'
+probe(find, *CALLS)
+"#,
+        pid = host.pid()
+    );
+    let expect = Expect { none: UnderNone::Escapes, escapes_degraded_landlock: true };
+    attempt("host_processes_cannot_be_found_by_pid", expect, &code).await;
+    assert!(is_running(host.pid()), "the host process must stay alive for the attempt to mean something");
 }
 
 /// setpriority and ioprio_set aimed at the caller's own user or process group (id 0) reach every process of the

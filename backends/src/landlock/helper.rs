@@ -64,7 +64,12 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
     // SAFETY: unshare with flags only; this process has a single thread.
     let unshared = unsafe {
         libc::unshare(
-            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS,
+            libc::CLONE_NEWUSER
+                | libc::CLONE_NEWNS
+                | libc::CLONE_NEWPID
+                | libc::CLONE_NEWNET
+                | libc::CLONE_NEWIPC
+                | libc::CLONE_NEWUTS,
         )
     } == 0;
     if unshared {
@@ -79,7 +84,7 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
             .collect::<Result<_, _>>()?;
         build_root(&policy, &sources)?;
         layers.push(format!(
-            "user/mount/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch",
+            "user/mount/pid/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch",
             policy.limits.scratch_mb
         ));
     } else {
@@ -111,6 +116,11 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
     // Without namespaces every host file is on its own writable mount: metadata changes are denied everywhere.
     let deny_metadata = !unshared;
     layers.push(if deny_metadata { "seccomp (metadata changes denied everywhere)" } else { "seccomp" }.to_string());
+    if unshared {
+        // Only the helper's first child is in the new pid namespace (as its pid 1): it goes on, and this
+        // process stays behind to pass on how it ended.
+        become_pid_1()?;
+    }
     eprintln!("{LAYERS_PREFIX}{}", layers.join("; "));
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
@@ -120,6 +130,74 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
         step("installing a seccomp filter", seccompiler::apply_filter(filter))?;
     }
     exec.run()
+}
+
+/// Forks; returns in the child, pid 1 of the pid namespace unshared before, which goes on to exec the
+/// interpreter. The parent never returns: it waits for the child and ends the same way (its exit status, or
+/// killed by the same signal), so that the server sees the interpreter's end in the helper's. Everything else
+/// is already in force in both (Landlock, capabilities, no_new_privs, rlimits, the parent-death signal), and
+/// both stay in the helper's process group, which the server kills. The child cannot name the parent (it is
+/// outside the child's pid namespace). The child dies with the parent: its parent-death signal is set, then it
+/// checks the parent has not died in between.
+fn become_pid_1() -> Result<(), StepError> {
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 into a local array.
+    check("creating the parent-death pipe", unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } as _)?;
+    let [read_end, write_end] = pipe;
+    // SAFETY: fork in a single-threaded process; each side only makes syscalls afterwards.
+    let child = unsafe { libc::fork() };
+    check("forking pid 1 of the pid namespace", child as _)?;
+    if child > 0 {
+        // SAFETY: the parent keeps the write end (it closes when the parent dies) and no channel end.
+        unsafe {
+            libc::close(read_end);
+            libc::close(0);
+            libc::close(1);
+        }
+        relay_the_end_of(child)
+    }
+    // SAFETY: prctl with integer arguments; then a poll of our own pipe, closed after.
+    unsafe {
+        libc::close(write_end);
+        check(
+            "setting the parent-death signal",
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) as libc::c_long,
+        )?;
+        let mut poll = libc::pollfd { fd: read_end, events: libc::POLLIN, revents: 0 };
+        let parent_gone = libc::poll(&mut poll, 1, 0) != 0;
+        libc::close(read_end);
+        if parent_gone {
+            libc::_exit(HELPER_FAILED);
+        }
+    }
+    Ok(())
+}
+
+/// Waits for `child` and ends as it ended.
+fn relay_the_end_of(child: libc::pid_t) -> ! {
+    let mut status = 0;
+    // SAFETY: waitpid of our own child into a local; EINTR is retried.
+    while unsafe { libc::waitpid(child, &mut status, 0) } < 0 {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // SAFETY: _exit has no preconditions.
+            unsafe { libc::_exit(HELPER_FAILED) }
+        }
+    }
+    if libc::WIFSIGNALED(status) {
+        let signal = libc::WTERMSIG(status);
+        // SAFETY: the signal's default action (death, without a core: RLIMIT_CORE is 0), unblocked, at ourselves.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), signal);
+        }
+    }
+    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(code) }
 }
 
 fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
