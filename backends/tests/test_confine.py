@@ -128,7 +128,7 @@ class Installed(unittest.TestCase):
     def run_confined(self, body):
         source = f"{SOURCE}\nconfine({json.dumps(LIMITS)})\ndel confine\n{body}"
         with tempfile.TemporaryDirectory() as home:
-            env = {"HOME": home, "TMPDIR": home, "PATH": "/usr/bin:/bin", "HOSTNAME": "x"}
+            env = {"HOME": home, "TMPDIR": home, "PATH": "/usr/bin:/bin", "HOSTNAME": "x", "USER": "ptc"}
             return subprocess.run([sys.executable, "-I", "-S", "-c", source], env=env, cwd=home,
                                   capture_output=True, text=True, timeout=60)
 
@@ -141,7 +141,7 @@ class Installed(unittest.TestCase):
             self.assertEqual(report[name], "EPERM", name)
         for name in ("socketpair", "kill self", "thread", "renice myself", "send to the peer"):
             self.assertEqual(report[name], "allowed", name)
-        self.assertEqual(report["env"], ["HOME", "TMPDIR"])
+        self.assertEqual(report["env"], ["HOME", "TMPDIR", "USER"])
         self.assertEqual((report["nofile"], report["as"]), (64, 1 << 30))
 
     def test_the_runner_still_starts_and_answers(self):

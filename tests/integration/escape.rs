@@ -153,12 +153,14 @@ def other_process(pid):
 
 
 def real_home():
-    """The home of the user we run as (HOME points at scratch), or /root when the user database is hidden."""
+    """The host home of the user we run as (HOME points at scratch), or /root when the host's user database is
+    hidden (a sandbox's own gives scratch as the home)."""
     try:
         import pwd
-        return pwd.getpwuid(os.getuid()).pw_dir
+        home = pwd.getpwuid(os.getuid()).pw_dir
     except (ImportError, KeyError, OSError):
         return '/root'
+    return '/root' if os.path.realpath(home) == os.path.realpath(os.getcwd()) else home
 
 
 def leads_to_our_files(path):
@@ -377,8 +379,11 @@ async fn degraded_mode_is_refused_without_the_opt_in() {
 
 escape_attempt!(reading_files_outside_scratch_is_blocked, under none: Escapes, r#"
 def read(path):
-    return f'{len(open(path, "rb").read())} bytes'
-probe(read, '/etc/passwd', '/etc/hostname')
+    data = open(path, 'rb').read()
+    if not data:
+        raise Blocked(f'{path} reads empty (masked)')
+    return f'{len(data)} bytes'
+probe(read, '/etc/os-release', '/etc/hostname')
 "#);
 
 escape_attempt!(writing_into_tmp_is_blocked, under none: Escapes, r#"
@@ -401,7 +406,7 @@ def stat_result(path):
         return why(e)
 def existence():
     control = stat_result('/ptc-no-such-dir/no-such-file')
-    paths = ['/etc/shadow', '/etc/passwd', '/root', '/home', '/proc/1', '/var']
+    paths = ['/etc/shadow', '/etc/os-release', '/root', '/home', '/proc/1', '/var']
     paths = [p for p in paths if p != f'/proc/{os.getpid()}']  # the program itself (docker: the runner is pid 1)
     leaks = {p: r for p in paths if not leads_to_our_files(p) and (r := stat_result(p)) != control}
     if not leaks:
@@ -412,8 +417,19 @@ probe(existence)
 
 escape_attempt!(
     /// Tolerated: parents of the interpreter's files and scratch, an /etc holding only what the dynamic loader
-    /// and local time read, and a container's own /proc (no process but the program) and empty /sys.
+    /// and local time read, a user database naming only the program's own user, and files masked with /dev/null
+    /// (a container runtime's), and a container's own /proc (no process but the program) and empty /sys.
     listing_the_root_directory_shows_no_host_entries, under none: Escapes, r#"
+import stat
+def etc_is_ours(name):
+    path = os.path.join('/etc', name)
+    if name in {'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'localtime'}:
+        return True
+    if name in {'passwd', 'group'}:
+        ours = str(os.getuid() if name == 'passwd' else os.getgid())
+        return all(line.split(':')[2] == ours for line in open(path).read().splitlines())
+    st = os.stat(path)
+    return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)  # masked: /dev/null
 def list_root():
     entries = set(os.listdir('/'))
     host = entries & {'home', 'root', 'proc', 'sys', 'boot', 'var', 'srv', 'mnt', 'media', 'opt', 'run', 'snap'}
@@ -422,7 +438,7 @@ def list_root():
         host.discard('proc')  # a container's own /proc, showing no process but the program
     if 'sys' in host and not os.listdir('/sys'):
         host.discard('sys')  # masked (empty)
-    if 'etc' in entries and set(os.listdir('/etc')) - {'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'localtime'}:
+    if 'etc' in entries and not all(etc_is_ours(name) for name in os.listdir('/etc')):
         host.add('etc')
     if not host:
         raise Blocked(f'/ holds only {sorted(entries)}')
@@ -445,18 +461,23 @@ probe(list_dev)
 
 escape_attempt!(following_a_symlink_out_of_scratch_is_blocked, under none: Escapes, r#"
 def through_symlink(target):
-    os.symlink(target, 'link')
-    return f'read {len(open("link", "rb").read())} bytes through scratch/link'
-probe(through_symlink, '/etc/passwd')
+    link = 'link-' + os.path.basename(target)
+    os.symlink(target, link)
+    data = open(link, 'rb').read()
+    if not data:
+        raise Blocked(f'{target} reads empty (masked)')
+    return f'read {len(data)} bytes through scratch/{link}'
+probe(through_symlink, '/etc/os-release', '/etc/hostname')
 "#);
 
 escape_attempt!(
     /// An ordinary user is stopped by `fs.protected_hardlinks` (the file is not theirs); root is not.
     hardlinking_a_host_file_into_scratch_is_blocked, under none: EscapesAsRoot, r#"
 def hardlink(target):
-    os.link(target, 'hardlink')
-    return f'linked; read {len(open("hardlink", "rb").read())} bytes'
-probe(hardlink, '/etc/passwd')
+    link = 'hardlink-' + os.path.basename(target)
+    os.link(target, link)
+    return f'linked; read {len(open(link, "rb").read())} bytes'
+probe(hardlink, '/etc/hostname', '/etc/os-release')
 "#);
 
 escape_attempt!(moving_a_scratch_file_out_is_blocked, under none: Escapes, r#"
@@ -1493,6 +1514,27 @@ except PermissionError as e:
 "#;
     let degraded = sandbox_under_test() == "landlock" && landlock_is_degraded();
     let expected = if degraded { "x\nmetadata changes denied: Operation not permitted" } else { "x\n0o640 True" };
+    works(false, code, expected).await;
+}
+
+/// `getpass.getuser()` and `pwd.getpwuid(os.getuid())` find the program's user: a user database of the sandbox's
+/// own (landlock with namespaces, docker) or the host's (`none`). Degraded landlock cannot read the host's, so
+/// only `getpass` works there (through `LOGNAME`).
+#[tokio::test]
+async fn the_programs_user_has_a_name() {
+    let code = r#"
+import getpass, os
+name = getpass.getuser()
+print(bool(name), name == os.environ.get('LOGNAME', name))
+try:
+    import pwd
+    entry = pwd.getpwuid(os.getuid())
+    print(entry.pw_name == name, entry.pw_uid == os.getuid())
+except KeyError:
+    print('no user database entry')
+"#;
+    let degraded = sandbox_under_test() == "landlock" && landlock_is_degraded();
+    let expected = if degraded { "True True\nno user database entry" } else { "True True\nTrue True" };
     works(false, code, expected).await;
 }
 

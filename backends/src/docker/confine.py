@@ -3,7 +3,9 @@
 The container already has no network, a read-only root, no capabilities, no_new_privs, a non-root user,
 cgroup limits and Docker's own seccomp profile. What a container cannot express is added here, in the
 interpreter itself before any program exists (single-threaded: the runner starts its threads later):
-* an empty environment: Docker always sets PATH and HOSTNAME; only HOME and TMPDIR stay;
+* an empty environment: Docker always sets PATH and HOSTNAME; only HOME, TMPDIR, LOGNAME and USER stay;
+* a user database for the runner's user where /etc is the container's own (an empty tmpfs hiding the
+  image's), so that `getpass` and `pwd` find it; an image's own /etc is left as it is;
 * rlimits (address space, CPU time, file size, open files, no core dumps), the same as the host backends
   (Docker's ulimits cannot carry the address-space limit: it would apply to the runtime's own start-up);
 * a seccomp-bpf filter stacked on Docker's profile, the same deny list as the landlock backend: no sockets
@@ -38,8 +40,10 @@ def confine(limits):
         fail(f"the image's Python lacks a standard module: {e}")
 
     for name in list(os.environ):
-        if name not in ("HOME", "TMPDIR"):
+        if name not in ("HOME", "TMPDIR", "LOGNAME", "USER"):
             del os.environ[name]
+
+    user_database(os.environ.get("USER", "ptc"), os.environ.get("HOME", "/"))
 
     for name, value in limits.items():
         try:
@@ -74,6 +78,26 @@ def confine(limits):
     if result != 0:
         code = ctypes.get_errno()
         fail(f"seccomp(SECCOMP_SET_MODE_FILTER): {errno.errorcode.get(code, code)} {os.strerror(code)}")
+
+
+def user_database(name, home):
+    """/etc/passwd and /etc/group entries for this process's user where /etc is the container's own tmpfs: empty
+    but for the files Docker adds. Any other /etc (the image's, or a host's) is left alone."""
+    import os
+    try:
+        if set(os.listdir("/etc")) - {"hostname", "hosts", "resolv.conf"}:
+            return
+    except OSError:
+        return
+    uid, gid = os.getuid(), os.getgid()
+    entries = {"/etc/passwd": f"{name}:x:{uid}:{gid}:ptc-mcp sandbox:{home}:/nonexistent\n",
+               "/etc/group": f"{name}:x:{gid}:\n"}
+    for path, entry in entries.items():
+        try:
+            with open(path, "x") as f:
+                f.write(entry)
+        except OSError:
+            pass
 
 
 # Per architecture: the audit arch value, the x32 bit (x86_64 only) and syscall numbers.

@@ -86,6 +86,13 @@ impl DockerSettings {
 pub const SCRATCH: &str = "/scratch";
 /// The user programs run as (`nobody` on most systems); numeric, so images need no user database.
 pub const USER: &str = "65534:65534";
+/// The user's name in the container's own user database and in `LOGNAME`/`USER` (for `getpass.getuser()`).
+const USER_NAME: &str = "ptc";
+/// With the image's /etc hidden, /etc is a tiny tmpfs of the container's own, where the prologue writes a user
+/// database for the runner's user; the files Docker adds there (its /etc/hostname, /etc/hosts and the host's
+/// /etc/resolv.conf) are masked.
+const ETC: &str = "/etc";
+const DOCKER_ETC_FILES: &[&str] = &["/etc/hostname", "/etc/hosts", "/etc/resolv.conf"];
 /// Every runner container carries this label; its value is the server instance that made it.
 pub const LABEL: &str = "ptc-mcp.server";
 /// The container's host name (the kernel's and /etc/hostname): tells programs nothing.
@@ -134,8 +141,9 @@ pub fn runner_command(python: &str, request: &SpawnRequest) -> Vec<String> {
 /// attached (no TTY), no network, a read-only root, a size-limited tmpfs as scratch and working directory,
 /// no capabilities, no-new-privileges, a non-root user, memory, pids and CPU limits, no IPC namespace
 /// shared or /dev/shm, /sys masked, no logs kept, and removed by the engine as soon as it exits. With
-/// `hide_etc`, /etc is masked too (the image's files and the /etc/hostname Docker adds): the probe finds
-/// out whether the image's interpreter starts without it (it may need /etc/ld.so.cache).
+/// `hide_etc`, the image's /etc is hidden under a tiny tmpfs holding only the user database the prologue writes
+/// (and Docker's /etc files, masked): the probe finds out whether the image's interpreter starts without it
+/// (it may need /etc/ld.so.cache).
 pub fn container_body(
     settings: &DockerSettings,
     limits: &Limits,
@@ -148,12 +156,23 @@ pub fn container_body(
     // Owned by the runner's user: the engine copies the working directory's 0755 onto the tmpfs.
     let (uid, gid) = USER.split_once(':').expect("USER is uid:gid");
     let scratch = format!("rw,nosuid,nodev,noexec,size={}m,uid={uid},gid={gid},mode=0700", settings.scratch_mb(limits));
+    let mut tmpfs = HashMap::from([(SCRATCH.to_string(), scratch)]);
+    let mut masked: Vec<String> = MASKED_PATHS.iter().map(|p| p.to_string()).collect();
+    if hide_etc {
+        tmpfs.insert(ETC.to_string(), format!("rw,nosuid,nodev,noexec,size=64k,uid={uid},gid={gid},mode=0755"));
+        masked.extend(DOCKER_ETC_FILES.iter().map(|p| p.to_string()));
+    }
     ContainerCreateBody {
         image: Some(settings.image.clone()),
         cmd: Some(command),
         // [""] resets an image's entrypoint: the command runs as given.
         entrypoint: Some(vec![String::new()]),
-        env: Some(vec![format!("HOME={SCRATCH}"), format!("TMPDIR={SCRATCH}")]),
+        env: Some(vec![
+            format!("HOME={SCRATCH}"),
+            format!("TMPDIR={SCRATCH}"),
+            format!("LOGNAME={USER_NAME}"),
+            format!("USER={USER_NAME}"),
+        ]),
         working_dir: Some(SCRATCH.to_string()),
         user: Some(USER.to_string()),
         hostname: Some(HOSTNAME.to_string()),
@@ -168,11 +187,11 @@ pub fn container_body(
         host_config: Some(HostConfig {
             network_mode: Some("none".to_string()),
             readonly_rootfs: Some(true),
-            tmpfs: Some(HashMap::from([(SCRATCH.to_string(), scratch)])),
+            tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             ipc_mode: Some("none".to_string()),
-            masked_paths: Some(MASKED_PATHS.iter().chain(hide_etc.then_some(&"/etc")).map(|p| p.to_string()).collect()),
+            masked_paths: Some(masked),
             memory: Some(memory),
             memory_swap: Some(memory),
             pids_limit: Some(i64::try_from(settings.pids).unwrap_or(i64::MAX)),
@@ -210,15 +229,21 @@ mod tests {
         assert_eq!(host.privileged, Some(false));
         assert_eq!(host.ipc_mode.as_deref(), Some("none"));
         let masked = host.masked_paths.unwrap();
-        assert!(masked.contains(&"/sys".to_string()) && masked.contains(&"/etc".to_string()));
+        assert!(masked.contains(&"/sys".to_string()) && masked.contains(&"/etc/resolv.conf".to_string()));
         assert!(masked.contains(&"/proc/kcore".to_string()), "Docker's own list is kept");
+        let etc = &host.tmpfs.as_ref().unwrap()["/etc"];
+        assert_eq!(etc, "rw,nosuid,nodev,noexec,size=64k,uid=65534,gid=65534,mode=0755", "the image's /etc hidden");
         let shown = container_body(&settings, &Limits::default(), vec![], "i", false).host_config.unwrap();
-        assert!(!shown.masked_paths.unwrap().contains(&"/etc".to_string()));
+        assert!(!shown.tmpfs.unwrap().contains_key("/etc"));
+        assert!(!shown.masked_paths.unwrap().contains(&"/etc/resolv.conf".to_string()));
         assert_eq!(body.user.as_deref(), Some(USER));
         assert!(!USER.starts_with("0:") && !USER.starts_with("root"));
         // Nothing from the host: no binds, no volumes, no devices, no docker socket.
         assert!(host.binds.is_none() && host.mounts.is_none() && host.devices.is_none() && body.volumes.is_none());
-        assert_eq!(body.env, Some(vec!["HOME=/scratch".to_string(), "TMPDIR=/scratch".to_string()]));
+        assert_eq!(
+            body.env,
+            Some(["HOME=/scratch", "TMPDIR=/scratch", "LOGNAME=ptc", "USER=ptc"].map(String::from).to_vec())
+        );
         assert_eq!(body.working_dir.as_deref(), Some(SCRATCH));
         assert_eq!(body.entrypoint, Some(vec![String::new()]));
         assert_eq!(body.labels.unwrap().get(LABEL).map(String::as_str), Some("inst-1"));

@@ -100,6 +100,9 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
         }
         layers.push(format!("{DEGRADED_LAYER} (unshare: {why})"));
     }
+    // The program's user: the sandbox's own (with an entry in the minimal root's user database), else ours
+    // by name, looked up now (the host's user database is out of reach once Landlock applies).
+    let user_name = if unshared { Some(SANDBOX_USER.to_string()) } else { host_user_name(uid) };
     step("entering the scratch directory", std::env::set_current_dir(&policy.scratch))?;
     // SAFETY: close_range on our own fd table; 0, 1 and 2 stay (the channel and diagnostics).
     check("closing inherited files", unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) })?;
@@ -108,10 +111,11 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) as libc::c_long
     })?;
     check("setting no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long })?;
-    layers.push(restrict_with_landlock(&policy)?);
+    let user_database: &[&Path] = if unshared { &[Path::new(PASSWD), Path::new(GROUP)] } else { &[] };
+    layers.push(restrict_with_landlock(&policy, user_database)?);
     drop_capabilities(unshared)?;
     layers.push("capabilities dropped, no_new_privs".to_string());
-    let exec = Exec::new(&policy)?;
+    let exec = Exec::new(&policy, user_name.as_deref())?;
     step("setting resource limits", rlimits::apply(&rlimits::for_run(&policy.limits, policy.cpu_seconds)))?;
     // Without namespaces every host file is on its own writable mount: metadata changes are denied everywhere.
     let deny_metadata = !unshared;
@@ -245,6 +249,37 @@ fn mount(
 
 /// Where the new root is assembled (a fresh tmpfs, visible only in our mount namespace).
 const STAGING: &str = "/tmp";
+/// The user database of the minimal root: one user (the sandbox's uid) and its group, so that `getpass` and
+/// `pwd` find the program's user.
+const PASSWD: &str = "/etc/passwd";
+const GROUP: &str = "/etc/group";
+/// The name of the program's user in its namespace.
+const SANDBOX_USER: &str = "ptc";
+
+/// Writes the minimal root's `/etc/passwd` and `/etc/group` (into `etc` of the staging root); the user's home
+/// is the scratch directory.
+fn write_user_database(etc: &Path, scratch: &Path) -> Result<(), StepError> {
+    step("creating /etc", std::fs::create_dir_all(etc))?;
+    let home = scratch.display();
+    let passwd = format!("{SANDBOX_USER}:x:{SANDBOX_ID}:{SANDBOX_ID}:ptc-mcp sandbox:{home}:/nonexistent\n");
+    step("writing /etc/passwd", std::fs::write(etc.join("passwd"), passwd))?;
+    step("writing /etc/group", std::fs::write(etc.join("group"), format!("{SANDBOX_USER}:x:{SANDBOX_ID}:\n")))
+}
+
+/// The host's name for `uid`, if its user database has one.
+fn host_user_name(uid: libc::uid_t) -> Option<String> {
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; 16384];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r with a zeroed entry and a buffer of the given size; `found` points at `entry` or is null.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points into `buffer`, NUL-terminated.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    name.to_str().ok().map(str::to_string)
+}
 
 /// Builds the minimal root: an empty tmpfs holding read-only binds of the interpreter's paths, the
 /// devices, a sized tmpfs scratch, and nothing else; then makes it the root.
@@ -276,6 +311,7 @@ fn build_root(policy: &Policy, sources: &[OwnedFd]) -> Result<(), StepError> {
             Some("size=4k,mode=555"),
         )?;
     }
+    write_user_database(&staging.join("etc"), &policy.scratch)?;
     let scratch = inside(&policy.scratch);
     step("creating the scratch directory", std::fs::create_dir_all(&scratch))?;
     let options = format!("size={}m,mode=700,uid={SANDBOX_ID},gid={SANDBOX_ID}", policy.limits.scratch_mb);
@@ -349,7 +385,7 @@ fn locked_flags(path: &Path) -> Result<libc::c_ulong, StepError> {
 
 /// Landlock: read (and execute where needed) on the interpreter's paths, read-write on scratch, nothing
 /// else; no TCP; signals and abstract sockets only within the sandbox. Refuses to go on unenforced.
-fn restrict_with_landlock(policy: &Policy) -> Result<String, StepError> {
+fn restrict_with_landlock(policy: &Policy, also_readable: &[&Path]) -> Result<String, StepError> {
     let abi = LANDLOCK_ABI;
     let ruleset = Ruleset::default();
     let ruleset = step("landlock: filesystem access", ruleset.handle_access(AccessFs::from_all(abi)))?;
@@ -370,6 +406,9 @@ fn restrict_with_landlock(policy: &Policy) -> Result<String, StepError> {
             BindAccess::Device { write: false } => AccessFs::ReadFile.into(),
         };
         ruleset = step("landlock: adding a rule", ruleset.add_rule(rule(&bind.path, access)?))?;
+    }
+    for path in also_readable {
+        ruleset = step("landlock: adding a rule", ruleset.add_rule(rule(path, AccessFs::ReadFile.into())?))?;
     }
     let scratch = AccessFs::from_all(abi) & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock);
     ruleset = step("landlock: adding the scratch rule", ruleset.add_rule(rule(&policy.scratch, scratch)?))?;
@@ -425,17 +464,21 @@ struct Exec {
 }
 
 impl Exec {
-    fn new(policy: &Policy) -> Result<Exec, StepError> {
+    /// The interpreter's command line and environment: `HOME` and `TMPDIR` (scratch), and `LOGNAME` and
+    /// `USER` (`getpass.getuser()`) when the user has a name.
+    fn new(policy: &Policy, user_name: Option<&str>) -> Result<Exec, StepError> {
         let path = c_path(&policy.program)?;
         let mut args = vec![path.clone()];
         for arg in &policy.args {
             args.push(step("an argument", CString::new(arg.as_bytes()))?);
         }
-        let scratch = policy.scratch.as_os_str();
-        let env = [("HOME", scratch), ("TMPDIR", scratch)]
-            .iter()
-            .map(|(k, v)| CString::new([k.as_bytes(), b"=", v.as_bytes()].concat()))
-            .collect::<Result<Vec<_>, _>>();
+        let scratch = policy.scratch.as_os_str().as_bytes();
+        let mut vars = vec![("HOME", scratch), ("TMPDIR", scratch)];
+        if let Some(name) = user_name {
+            vars.extend([("LOGNAME", name.as_bytes()), ("USER", name.as_bytes())]);
+        }
+        let env =
+            vars.iter().map(|(k, v)| CString::new([k.as_bytes(), b"=", v].concat())).collect::<Result<Vec<_>, _>>();
         Ok(Exec { path, args, env: step("the environment", env)? })
     }
 
