@@ -11,7 +11,9 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::task::JoinHandle;
 
+use crate::limits::MALLOC_ARENA_MAX;
 use crate::protocol::RUNNER_SOURCE;
+use crate::rlimits::MemoryBound;
 use crate::tail::StderrTail;
 use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError, SpawnRequest, python, rlimits};
 
@@ -46,17 +48,131 @@ pub(crate) fn spawn_confined(
     let (program, args) = argv.split_first().expect("a command line has a program");
     let mut command = runner_command(program);
     command.args(args).env("HOME", scratch.path()).env("TMPDIR", scratch.path()).current_dir(scratch.path());
-    let rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout));
-    // SAFETY: the closure only makes async-signal-safe syscalls (setrlimit, prctl).
+    command.env(MALLOC_ARENA_MAX.0, MALLOC_ARENA_MAX.1);
+    // SAFETY: getuid has no preconditions.
+    if let Some(name) = user_name(unsafe { libc::getuid() }) {
+        command.env("LOGNAME", &name).env("USER", &name);
+    }
+    let cgroup = RunGroup::for_run(&request.limits, request.limits.memory_bytes());
+    let memory = if cgroup.bounds_memory() { MemoryBound::Cgroup } else { MemoryBound::Rlimits };
+    let mut rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout), memory);
+    rlimits.extend(task_limit(&request.limits));
+    let join = cgroup.joiner().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
+    // SAFETY: the closure only makes async-signal-safe syscalls (write, close_range, setrlimit, prctl).
     unsafe {
-        command.pre_exec(move || confine(&rlimits));
+        command.pre_exec(move || confine(join.as_ref(), &rlimits));
     }
     let child = command.spawn().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
-    host_runner(child, scratch)
+    host_runner(child, scratch, cgroup)
 }
 
-/// In the child before exec: no inherited files but stdio, the run's limits, and death with the server.
-fn confine(rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
+/// The run's cgroup where there is one (Linux, see `cgroup`); nothing elsewhere.
+pub(crate) struct RunGroup {
+    #[cfg(target_os = "linux")]
+    cgroup: Option<crate::cgroup::RunCgroup>,
+}
+
+impl RunGroup {
+    pub(crate) fn for_run(limits: &crate::Limits, memory_bytes: u64) -> RunGroup {
+        #[cfg(target_os = "linux")]
+        return RunGroup { cgroup: crate::cgroup::for_run(limits, memory_bytes) };
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (limits, memory_bytes);
+            RunGroup {}
+        }
+    }
+
+    pub(crate) fn bounds_memory(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.cgroup.as_ref().is_some_and(|c| c.bounds_memory);
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
+    /// The cgroup's directory, for a helper that moves itself in.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn cgroup(&self) -> Option<&crate::cgroup::RunCgroup> {
+        self.cgroup.as_ref()
+    }
+
+    /// An open `cgroup.procs` of the run's cgroup, for the child to move itself in before exec.
+    fn joiner(&self) -> std::io::Result<Option<std::fs::File>> {
+        #[cfg(target_os = "linux")]
+        if let Some(cgroup) = &self.cgroup {
+            use std::os::unix::fs::OpenOptionsExt;
+            let file = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_CLOEXEC).open(cgroup.procs())?;
+            return Ok(Some(file));
+        }
+        Ok(None)
+    }
+
+    fn kill(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
+        }
+    }
+
+    /// What a run's group is here, for a probe's report.
+    pub(crate) fn describe() -> String {
+        #[cfg(target_os = "linux")]
+        return crate::cgroup::describe();
+        #[cfg(not(target_os = "linux"))]
+        "no cgroup (not Linux)".to_string()
+    }
+
+    fn is_empty(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.cgroup.as_ref().is_none_or(|c| c.is_empty());
+        #[cfg(not(target_os = "linux"))]
+        true
+    }
+}
+
+/// RLIMIT_NPROC for a runner of this server's user: as many tasks as the user has now, plus the run's. The
+/// kernel counts every task of the user, so concurrent runs and the user's other processes share the margin;
+/// root is exempt from the limit, so none is set for it. Linux only.
+fn task_limit(limits: &crate::Limits) -> Option<rlimits::Rlimit> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        (uid != 0).then(|| rlimits::nproc(rlimits::tasks_of_user(uid), limits.tasks))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = limits;
+        None
+    }
+}
+
+/// This machine's name for `uid`, if its user database has one.
+pub(crate) fn user_name(uid: libc::uid_t) -> Option<String> {
+    // SAFETY: an all-zero passwd is a valid value to be filled in.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; 16384];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r with a zeroed entry and a buffer of the given size; `found` points at `entry` or is null.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points into `buffer`, NUL-terminated.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    name.to_str().ok().map(str::to_string)
+}
+
+/// In the child before exec: into the run's cgroup, no inherited files but stdio, the run's limits, and death
+/// with the server.
+fn confine(cgroup_procs: Option<&std::fs::File>, rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
+    if let Some(procs) = cgroup_procs {
+        use std::os::fd::AsRawFd;
+        // SAFETY: write of a local buffer to an fd we own: "0" moves the writing process.
+        if unsafe { libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
     #[cfg(target_os = "linux")]
     // SAFETY: close_range on the child's own fd table, marking everything past stdio close-on-exec.
     if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } != 0 {
@@ -74,7 +190,7 @@ fn confine(rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
 
 /// Wraps a spawned child (started with `process_group(0)` and piped stdio) into a [`RunnerProcess`]. The
 /// scratch directory lives as long as the runner and is removed after it is killed.
-pub(crate) fn host_runner(mut child: Child, scratch: TempDir) -> Result<RunnerProcess, SpawnError> {
+pub(crate) fn host_runner(mut child: Child, scratch: TempDir, group: RunGroup) -> Result<RunnerProcess, SpawnError> {
     let missing = |what: &str| SpawnError::Start {
         program: "runner".into(),
         source: std::io::Error::other(format!("{what} was not piped")),
@@ -87,7 +203,7 @@ pub(crate) fn host_runner(mut child: Child, scratch: TempDir) -> Result<RunnerPr
     let tail = StderrTail::default();
     let stderr_reader = Some(tokio::spawn(keep_stderr_tail(stderr, tail.clone())));
     let pgid = child.id().map(|pid| pid as libc::pid_t);
-    let control = HostControl { child, pgid, exited: None, stderr_tail: tail, stderr_reader, _scratch: scratch };
+    let control = HostControl { child, pgid, exited: None, stderr_tail: tail, stderr_reader, group, _scratch: scratch };
     Ok(RunnerProcess { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), control: Box::new(control) })
 }
 
@@ -125,16 +241,20 @@ struct HostControl {
     stderr_tail: StderrTail,
     /// Fills `stderr_tail`; ends once nothing holds the runner's stderr open.
     stderr_reader: Option<JoinHandle<()>>,
+    /// The run's cgroup, if any: killed with the process group, removed when dropped.
+    group: RunGroup,
     /// Dropped (removed) after the control, i.e. after the group is killed.
     _scratch: TempDir,
 }
 
 impl HostControl {
+    /// Kills the process group and the cgroup (which also holds what left the group: new sessions).
     fn kill_group(&self) {
         if let Some(pgid) = self.pgid {
             // SAFETY: plain syscall; a group that no longer exists yields ESRCH, which is fine.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
+        self.group.kill();
     }
 }
 
@@ -157,6 +277,13 @@ impl RunnerControl for HostControl {
     async fn kill(&mut self) {
         self.start_kill();
         self.wait().await;
+        // Killed processes leave the cgroup a moment after: then it can be removed at once when dropped.
+        for _ in 0..100 {
+            if self.group.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         // With the group gone nothing should hold stderr open; once the reader reaches its end, the tail has
         // the runner's last words (a helper's reason for failing).
         if let Some(reader) = self.stderr_reader.take() {

@@ -4,6 +4,8 @@
 //! Python, embedded in the binary) and its line protocol are the same everywhere. The server picks one
 //! backend from `execution.sandbox` with [`select`] and refuses runs while it is unavailable.
 
+#[cfg(target_os = "linux")]
+mod cgroup;
 mod docker;
 mod host;
 mod kind;

@@ -400,6 +400,9 @@ impl ExecutionConfig {
                 return Err(format!("execution.{key}: must be at least 1"));
             }
         }
+        if self.limits.tasks < 8 {
+            return Err("execution.limits.tasks: must be at least 8 (the interpreter and its threads)".to_string());
+        }
         if self.pool_size > 64 {
             return Err(format!("execution.pool_size: at most 64 ready runners, got {}", self.pool_size));
         }

@@ -1365,6 +1365,99 @@ escape_attempt!(
     &format!("{FILL_SCRATCH}probe(fill_scratch, 32)")
 );
 
+/// 20,000 threads at once, with small stacks so that no memory limit stops them first (one run held that many
+/// before, on a machine with pid_max 32768): a run gets at most `limits.tasks` (64) threads and processes. In
+/// degraded landlock RLIMIT_NPROC counts every task of the user, so a run's share moves with the user's other
+/// tasks (documented): there it must stay within 4 × 64. Not run under `none`, where root's tasks are not bounded
+/// (the kernel exempts root from RLIMIT_NPROC).
+#[tokio::test]
+async fn twenty_thousand_threads_are_refused() {
+    let degraded = sandbox_under_test() == "landlock" && landlock_is_degraded();
+    let code = format!("LIMIT = {}\n{THREADS}", if degraded { 4 * 64 } else { 64 });
+    let ptc = Ptc::start(&config(&[], EXECUTION)).await;
+    let name = "twenty_thousand_threads_are_refused";
+    let none = UnderNone::NotRun(
+        "as root nothing bounds the tasks of a run under none: it would take most of the machine's pids",
+    );
+    attempt_in(&ptc, name, none.into(), &code).await;
+    // The server answers other requests as before.
+    let (_, problems) = ptc.list_callable_tools().await;
+    assert_eq!(problems, None);
+}
+
+const THREADS: &str = r#"
+import threading
+def start_threads():
+    threading.stack_size(64 << 10)
+    stop, threads = threading.Event(), []
+    try:
+        for _ in range(20_000):
+            thread = threading.Thread(target=stop.wait)
+            thread.start()
+            threads.append(thread)
+    except (RuntimeError, MemoryError) as e:
+        error = e
+    else:
+        error = None
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    if len(threads) <= LIMIT:
+        raise Blocked(f'{len(threads)} threads, then {error}')
+    return f'{len(threads)} threads at once' + (f', then {error}' if error else '')
+probe(start_threads)
+"#;
+
+/// Memory a program could hold beside its private memory, 512 MiB of each under `memory_mb: 256`: memfds and SysV
+/// shared memory, in 64 MiB pieces written and left unmapped (no address-space limit counts them; freed at the
+/// end), and shared anonymous memory and a shared mapping of /dev/zero, touched page by page. (Scratch files are
+/// memory too where scratch is a tmpfs; `scratch_mb` bounds them.)
+#[tokio::test]
+async fn memory_outside_the_limit_cannot_be_held() {
+    let code = r#"
+import mmap
+PIECE, PIECES = 64 << 20, 8
+def memfd():
+    fds, chunk = [], b'x' * (1 << 20)
+    try:
+        for _ in range(PIECES):
+            fds.append(os.memfd_create('hoard'))
+            for _ in range(PIECE // len(chunk)):
+                os.write(fds[-1], chunk)
+    finally:
+        for fd in fds:
+            os.close(fd)
+def sysv():
+    ids = []
+    try:
+        for _ in range(PIECES):
+            ids.append(syscall(29, 0, PIECE, 0o1000 | 0o600))  # shmget(IPC_PRIVATE, IPC_CREAT | 0600)
+            address = syscall(30, ids[-1], None, 0)
+            ctypes.memset(address, 1, PIECE)
+            syscall(67, address)  # shmdt: the segment stays
+    finally:
+        for shmid in ids:
+            syscall(31, shmid, 0, None)  # IPC_RMID
+def touch(buffer):
+    for offset in range(0, len(buffer), 4096):
+        buffer[offset] = 1
+def shared_anonymous():
+    touch(mmap.mmap(-1, PIECE * PIECES, mmap.MAP_SHARED))
+def dev_zero():
+    with open('/dev/zero', 'r+b') as f:
+        touch(mmap.mmap(f.fileno(), PIECE * PIECES, mmap.MAP_SHARED))
+HOARDS = {'memfd': memfd, 'SysV': sysv, 'shared anonymous': shared_anonymous, '/dev/zero': dev_zero}
+def hoard(kind):
+    HOARDS[kind]()
+    return f'held {PIECE * PIECES >> 20} MiB of {kind} memory with memory_mb 256'
+probe(hoard, *HOARDS)
+"#;
+    let execution = format!("{EXECUTION}  limits:\n    memory_mb: 256\n");
+    let ptc = Ptc::start(&config(&[], &execution)).await;
+    attempt_in(&ptc, "memory_outside_the_limit_cannot_be_held", UnderNone::Escapes.into(), code).await;
+}
+
 #[tokio::test]
 async fn an_output_flood_is_cut_at_max_output_bytes_and_the_server_stays_usable() {
     let ptc = Ptc::start(&config(&[], EXECUTION)).await;
@@ -1536,6 +1629,25 @@ except KeyError:
     let degraded = sandbox_under_test() == "landlock" && landlock_is_degraded();
     let expected = if degraded { "True True\nno user database entry" } else { "True True\nTrue True" };
     works(false, code, expected).await;
+}
+
+/// The memory limit counts memory, not address space: after a 16-thread pool (each thread once had a malloc
+/// arena and a stack reserved) a program can still allocate and touch 600 MiB under `memory_mb: 1024`.
+#[tokio::test]
+async fn a_program_that_ran_a_thread_pool_can_still_allocate_most_of_its_memory() {
+    let code = r#"
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(16) as pool:
+    sizes = list(pool.map(lambda i: len(bytearray(1 << 20)) * i, range(64)))
+block = bytearray(600 << 20)
+for offset in range(0, len(block), 4096):
+    block[offset] = 1
+print(len(sizes), len(block) >> 20, 'MiB')
+"#;
+    let servers: Vec<String> = vec![];
+    let ptc = Ptc::start(&config(&servers, &format!("{EXECUTION}  limits:\n    memory_mb: 1024\n"))).await;
+    let Some(()) = require_backend(&ptc).await else { return };
+    assert_eq!(ptc.execute(code).await.expect_ok(), "[Script executed successfully]\n64 600 MiB");
 }
 
 still_works!(

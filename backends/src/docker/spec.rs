@@ -7,7 +7,8 @@ use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 use serde::Deserialize;
 
 use crate::protocol::RUNNER_SOURCE;
-use crate::{Limits, SpawnRequest, rlimits};
+use crate::rlimits::{self, MemoryBound};
+use crate::{Limits, SpawnRequest};
 
 /// `execution.docker`: where the engine is, which image runs programs, and the container's limits.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -21,8 +22,8 @@ pub struct DockerSettings {
     /// The container's memory limit (cgroup; no swap) in MiB. It also holds the scratch tmpfs, so the
     /// default is `limits.memory_mb + scratch`.
     pub memory_mb: Option<u64>,
-    /// Most tasks (processes and threads) in the container.
-    pub pids: u64,
+    /// Most tasks (processes and threads) in the container; default `limits.tasks`.
+    pub pids: Option<u64>,
     /// CPUs the container may use (fractions allowed).
     pub cpus: f64,
     /// Size of the scratch tmpfs in MiB; default `limits.scratch_mb`.
@@ -38,7 +39,7 @@ impl Default for DockerSettings {
             image: DEFAULT_IMAGE.to_string(),
             host: None,
             memory_mb: None,
-            pids: 64,
+            pids: None,
             cpus: 1.0,
             scratch_mb: None,
         }
@@ -61,7 +62,7 @@ impl DockerSettings {
         if self.memory_mb.is_some_and(|mb| mb < 16) {
             return Err("memory_mb: must be at least 16 (MiB)".to_string());
         }
-        if self.pids < 8 {
+        if self.pids.is_some_and(|pids| pids < 8) {
             return Err("pids: must be at least 8 (the interpreter and its threads)".to_string());
         }
         if !(self.cpus >= 0.01 && self.cpus <= 1024.0) {
@@ -71,6 +72,10 @@ impl DockerSettings {
             return Err("scratch_mb: must be at least 1".to_string());
         }
         Ok(())
+    }
+
+    pub fn pids(&self, limits: &Limits) -> u64 {
+        self.pids.unwrap_or(limits.tasks)
     }
 
     pub fn scratch_mb(&self, limits: &Limits) -> u64 {
@@ -118,10 +123,12 @@ const CONFINE_SOURCE: &str = include_str!("confine.py");
 /// Source for `python -c`: the prologue, the call that confines the interpreter with the run's rlimits, then
 /// `body` (the runner, or the probe's script).
 fn confined_source(limits: &Limits, cpu_seconds: u64, body: &str) -> String {
-    let by_name: serde_json::Map<String, serde_json::Value> = rlimits::named_for_run(limits, cpu_seconds)
-        .iter()
-        .map(|&(name, _, value)| (name.to_string(), value.into()))
-        .collect();
+    // The container's cgroup counts the memory it uses: no memory rlimits (they would count reservations).
+    let by_name: serde_json::Map<String, serde_json::Value> =
+        rlimits::named_for_run(limits, cpu_seconds, MemoryBound::Cgroup)
+            .iter()
+            .map(|&(name, _, value)| (name.to_string(), value.into()))
+            .collect();
     format!("{CONFINE_SOURCE}\nconfine({})\ndel confine\n{body}", serde_json::Value::Object(by_name))
 }
 
@@ -194,7 +201,7 @@ pub fn container_body(
             masked_paths: Some(masked),
             memory: Some(memory),
             memory_swap: Some(memory),
-            pids_limit: Some(i64::try_from(settings.pids).unwrap_or(i64::MAX)),
+            pids_limit: Some(i64::try_from(settings.pids(limits)).unwrap_or(i64::MAX)),
             nano_cpus: Some((settings.cpus * 1e9).round() as i64),
             auto_remove: Some(true),
             init: Some(false),
@@ -276,8 +283,13 @@ mod tests {
 
     #[test]
     fn docker_keys_override_the_defaults() {
-        let settings =
-            DockerSettings { memory_mb: Some(300), pids: 16, cpus: 0.5, scratch_mb: Some(8), ..Default::default() };
+        let settings = DockerSettings {
+            memory_mb: Some(300),
+            pids: Some(16),
+            cpus: 0.5,
+            scratch_mb: Some(8),
+            ..Default::default()
+        };
         let host = container_body(&settings, &Limits::default(), vec![], "i", true).host_config.unwrap();
         assert_eq!(host.memory, Some(300 * 1024 * 1024));
         assert_eq!(host.pids_limit, Some(16));
@@ -294,10 +306,7 @@ mod tests {
         assert!(source.ends_with(RUNNER_SOURCE));
         let call = source[CONFINE_SOURCE.len()..].lines().find(|l| l.starts_with("confine(")).unwrap();
         let limits: serde_json::Value = serde_json::from_str(&call["confine(".len()..call.len() - 1]).unwrap();
-        assert_eq!(
-            limits,
-            serde_json::json!({"CPU": 31, "AS": 1u64 << 30, "FSIZE": 64u64 << 20, "NOFILE": 256, "CORE": 0})
-        );
+        assert_eq!(limits, serde_json::json!({"CPU": 31, "FSIZE": 64u64 << 20, "NOFILE": 256, "CORE": 0}));
     }
 
     #[test]
@@ -310,7 +319,7 @@ mod tests {
         bad(DockerSettings { image: " ".into(), ..Default::default() }, "image:");
         bad(DockerSettings { host: Some("ssh://box".into()), ..Default::default() }, "host:");
         bad(DockerSettings { memory_mb: Some(4), ..Default::default() }, "memory_mb:");
-        bad(DockerSettings { pids: 2, ..Default::default() }, "pids:");
+        bad(DockerSettings { pids: Some(2), ..Default::default() }, "pids:");
         bad(DockerSettings { cpus: 0.0, ..Default::default() }, "cpus:");
         bad(DockerSettings { cpus: f64::NAN, ..Default::default() }, "cpus:");
         bad(DockerSettings { scratch_mb: Some(0), ..Default::default() }, "scratch_mb:");

@@ -7,8 +7,8 @@
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::fs::File;
-use std::io::Write as _;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::{Read as _, Write as _};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -19,7 +19,8 @@ use landlock::{
 
 use super::policy::{Bind, BindAccess, Policy, SANDBOX_ID};
 use super::{DEGRADED_LAYER, LAYERS_PREFIX, seccomp};
-use crate::rlimits;
+use crate::limits::MALLOC_ARENA_MAX;
+use crate::rlimits::{self, MemoryBound};
 
 /// Exit status of a helper that could not set up the sandbox.
 pub const HELPER_FAILED: i32 = 125;
@@ -54,77 +55,134 @@ pub fn main(policy_json: &str) -> ! {
 
 fn run(policy_json: &str) -> Result<Infallible, StepError> {
     let policy: Policy = step("reading the policy", serde_json::from_str(policy_json))?;
+    if let Some(cgroup) = &policy.cgroup {
+        // First: everything this process starts is in the run's cgroup.
+        let procs = cgroup.dir.join("cgroup.procs");
+        let joined = File::options().write(true).open(&procs).and_then(|mut f| f.write_all(b"0"));
+        step(format!("joining the run's cgroup {}", cgroup.dir.display()), joined)?;
+    }
     // SAFETY: plain id syscalls.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if uid == 0 {
         // SAFETY: setgroups with an empty list.
         check("dropping supplementary groups", unsafe { libc::setgroups(0, std::ptr::null()) } as libc::c_long)?;
     }
-    let mut layers = Vec::new();
-    // SAFETY: unshare with flags only; this process has a single thread.
-    let unshared = unsafe {
-        libc::unshare(
-            libc::CLONE_NEWUSER
-                | libc::CLONE_NEWNS
-                | libc::CLONE_NEWPID
-                | libc::CLONE_NEWNET
-                | libc::CLONE_NEWIPC
-                | libc::CLONE_NEWUTS,
-        )
-    } == 0;
-    if unshared {
-        // Our own ids are the only ones we may map. A root server's programs thus keep uid 0 outside, but
-        // hold no capability outside their namespace and none inside once the interpreter is exec'd.
-        map_ids(uid, gid)?;
-        // Bind sources are opened inside the new mount namespace: mounts from another one cannot be bound.
-        let sources: Vec<OwnedFd> = policy
-            .binds
-            .iter()
-            .map(|b| step(format!("opening {}", b.path.display()), open_path(&b.path)))
-            .collect::<Result<_, _>>()?;
-        build_root(&policy, &sources)?;
-        layers.push(format!(
-            "user/mount/pid/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch",
-            policy.limits.scratch_mb
-        ));
-    } else {
-        let why = std::io::Error::last_os_error();
-        if !policy.allow_degraded {
-            return step(
-                "refusing to run degraded",
-                Err(std::io::Error::other(format!(
-                    "user namespaces are unavailable (unshare: {why}), so programs could learn which host files \
-                     exist; enable them, or set execution.allow_degraded: true to run programs without them"
-                ))),
-            );
-        }
-        layers.push(format!("{DEGRADED_LAYER} (unshare: {why})"));
+    set_parent_death_signal()?;
+    let namespaces = match enter_namespaces(uid, gid)? {
+        Entered::Namespaces(namespaces) => namespaces,
+        Entered::Degraded(why) => return run_degraded(&policy, uid, why),
+    };
+    // Bind sources are opened inside the new mount namespace (mounts from another one cannot be bound), and
+    // before the ids change: until then files are opened as the server's user.
+    let sources: Vec<OwnedFd> = policy
+        .binds
+        .iter()
+        .map(|b| step(format!("opening {}", b.path.display()), open_path(&b.path)))
+        .collect::<Result<_, _>>()?;
+    namespaces.become_the_sandbox_user()?;
+    build_root(&policy, &sources)?;
+    drop(sources);
+    let mut layers = vec![format!(
+        "user/mount/pid/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch, as uid {} outside",
+        policy.limits.scratch_mb, namespaces.outside_uid
+    )];
+    let task_limit = rlimits::nproc(0, namespaces.task_limit(policy.limits.tasks));
+    let user_database = [Path::new(PASSWD), Path::new(GROUP)];
+    let exec = confine(&policy, Some(SANDBOX_USER.to_string()), &user_database, &mut layers)?;
+    layers.push(format!("tasks: at most {} (RLIMIT_NPROC in the run's user namespace)", policy.limits.tasks));
+    finish(&policy, exec, Some(task_limit), false, layers)
+}
+
+/// Degraded mode (no user namespaces), if the policy allows it: Landlock, seccomp (denying metadata changes
+/// everywhere) and rlimits, as the server's user.
+fn run_degraded(policy: &Policy, uid: u32, why: std::io::Error) -> Result<Infallible, StepError> {
+    if !policy.allow_degraded {
+        return step(
+            "refusing to run degraded",
+            Err(std::io::Error::other(format!(
+                "user namespaces are unavailable ({why}), so programs could learn which host files exist; \
+                 enable them, or set execution.allow_degraded: true to run programs without them"
+            ))),
+        );
     }
-    // The program's user: the sandbox's own (with an entry in the minimal root's user database), else ours
-    // by name, looked up now (the host's user database is out of reach once Landlock applies).
-    let user_name = if unshared { Some(SANDBOX_USER.to_string()) } else { host_user_name(uid) };
+    let mut layers = vec![format!("{DEGRADED_LAYER} ({why})")];
+    // The program's user is ours: its name is looked up now (the host's user database is out of reach once
+    // Landlock applies). RLIMIT_NPROC counts every task of our user (and root is exempt from it).
+    let user_name = crate::host::user_name(uid);
+    let task_limit = (uid != 0).then(|| rlimits::nproc(rlimits::tasks_of_user(uid), policy.limits.tasks));
+    let exec = confine(policy, user_name, &[], &mut layers)?;
+    layers.push(match task_limit {
+        Some(_) => format!(
+            "tasks: at most {} more than this user runs (RLIMIT_NPROC, shared with its other processes)",
+            policy.limits.tasks
+        ),
+        None => "tasks: NOT bounded (root is exempt from RLIMIT_NPROC)".to_string(),
+    });
+    finish(policy, exec, task_limit, true, layers)
+}
+
+/// The layers both modes share, in order: the scratch directory as working directory, no inherited files,
+/// no_new_privs, Landlock, no capabilities; returns the prepared exec of the interpreter.
+fn confine(
+    policy: &Policy,
+    user_name: Option<String>,
+    also_readable: &[&Path],
+    layers: &mut Vec<String>,
+) -> Result<Exec, StepError> {
     step("entering the scratch directory", std::env::set_current_dir(&policy.scratch))?;
     // SAFETY: close_range on our own fd table; 0, 1 and 2 stay (the channel and diagnostics).
     check("closing inherited files", unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) })?;
-    // SAFETY: prctl with integer arguments; set after the id changes above, which would clear it.
-    check("setting the parent-death signal", unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) as libc::c_long
-    })?;
+    // SAFETY: prctl with integer arguments.
     check("setting no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long })?;
-    let user_database: &[&Path] = if unshared { &[Path::new(PASSWD), Path::new(GROUP)] } else { &[] };
-    layers.push(restrict_with_landlock(&policy, user_database)?);
-    drop_capabilities(unshared)?;
+    layers.push(restrict_with_landlock(policy, also_readable)?);
+    drop_capabilities()?;
     layers.push("capabilities dropped, no_new_privs".to_string());
-    let exec = Exec::new(&policy, user_name.as_deref())?;
-    step("setting resource limits", rlimits::apply(&rlimits::for_run(&policy.limits, policy.cpu_seconds)))?;
+    Exec::new(policy, user_name.as_deref())
+}
+
+/// The last steps: rlimits (with the task limit), the layer report, seccomp, exec.
+fn finish(
+    policy: &Policy,
+    exec: Exec,
+    task_limit: Option<rlimits::Rlimit>,
+    deny_metadata: bool,
+    mut layers: Vec<String>,
+) -> Result<Infallible, StepError> {
+    let cgroup = policy.cgroup.as_ref();
+    let memory = if cgroup.is_some_and(|c| c.bounds_memory) { MemoryBound::Cgroup } else { MemoryBound::Rlimits };
+    let mut limits = rlimits::for_run(&policy.limits, policy.cpu_seconds, memory);
+    limits.extend(task_limit);
+    step("setting resource limits", rlimits::apply(&limits))?;
+    layers.push(match cgroup {
+        Some(cgroup) => {
+            let mut bounds = vec![];
+            if cgroup.bounds_tasks {
+                bounds.push(format!("tasks at most {}", policy.limits.tasks));
+            }
+            if cgroup.bounds_memory {
+                bounds.push(format!(
+                    "memory at most {} MiB with scratch, no swap",
+                    policy.limits.memory_mb + policy.limits.scratch_mb
+                ));
+            }
+            if bounds.is_empty() {
+                "the run's own cgroup (killed whole)".to_string()
+            } else {
+                format!("the run's own cgroup ({}; killed whole)", bounds.join(", "))
+            }
+        }
+        None => "no cgroup of its own".to_string(),
+    });
+    layers.push(match memory {
+        MemoryBound::Cgroup => "memory: the cgroup's".to_string(),
+        MemoryBound::Rlimits => format!(
+            "memory: RLIMIT_DATA {} MiB (private memory), RLIMIT_AS {} MiB (with room for stacks and arenas)",
+            policy.limits.memory_mb,
+            policy.limits.address_space_bytes() >> 20
+        ),
+    });
     // Without namespaces every host file is on its own writable mount: metadata changes are denied everywhere.
-    let deny_metadata = !unshared;
     layers.push(if deny_metadata { "seccomp (metadata changes denied everywhere)" } else { "seccomp" }.to_string());
-    if unshared {
-        // Only the helper's first child is in the new pid namespace (as its pid 1): it goes on, and this
-        // process stays behind to pass on how it ended.
-        become_pid_1()?;
-    }
     eprintln!("{LAYERS_PREFIX}{}", layers.join("; "));
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
@@ -136,52 +194,199 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
     exec.run()
 }
 
-/// Forks; returns in the child, pid 1 of the pid namespace unshared before, which goes on to exec the
-/// interpreter. The parent never returns: it waits for the child and ends the same way (its exit status, or
-/// killed by the same signal), so that the server sees the interpreter's end in the helper's. Everything else
-/// is already in force in both (Landlock, capabilities, no_new_privs, rlimits, the parent-death signal), and
-/// both stay in the helper's process group, which the server kills. The child cannot name the parent (it is
-/// outside the child's pid namespace). The child dies with the parent: its parent-death signal is set, then it
-/// checks the parent has not died in between.
-fn become_pid_1() -> Result<(), StepError> {
-    let mut pipe = [0; 2];
-    // SAFETY: pipe2 into a local array.
-    check("creating the parent-death pipe", unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } as _)?;
-    let [read_end, write_end] = pipe;
-    // SAFETY: fork in a single-threaded process; each side only makes syscalls afterwards.
-    let child = unsafe { libc::fork() };
-    check("forking pid 1 of the pid namespace", child as _)?;
-    if child > 0 {
-        // SAFETY: the parent keeps the write end (it closes when the parent dies) and no channel end.
-        unsafe {
-            libc::close(read_end);
-            libc::close(0);
-            libc::close(1);
+fn set_parent_death_signal() -> Result<(), StepError> {
+    // SAFETY: prctl with integer arguments.
+    check("setting the parent-death signal", unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) as libc::c_long
+    })
+}
+
+/// The host uid a root server's programs run as (`nobody`): never root, and subject to RLIMIT_NPROC, from
+/// which the kernel exempts root.
+const OUTSIDE_UID_FOR_ROOT: u32 = 65534;
+
+enum Entered {
+    /// This process is pid 1 of a new pid namespace, in new user, mount, network, IPC and UTS namespaces.
+    Namespaces(Namespaces),
+    /// No user namespace could be created (why).
+    Degraded(std::io::Error),
+}
+
+struct Namespaces {
+    /// The host uid the sandbox's uid maps to.
+    outside_uid: u32,
+    /// Whether this process still has to switch to the sandbox's ids (a root server's: it keeps the server's
+    /// own uid, unmapped in the namespace, until the bind sources are open).
+    switch_ids: bool,
+    /// The read end of a pipe the parent holds open until it dies.
+    parent_alive: OwnedFd,
+}
+
+impl Namespaces {
+    fn become_the_sandbox_user(&self) -> Result<(), StepError> {
+        if self.switch_ids {
+            let id = SANDBOX_ID;
+            // SAFETY: id syscalls with ids mapped in our user namespace, where we hold CAP_SETUID/CAP_SETGID.
+            unsafe {
+                check("switching to the sandbox's group", libc::setresgid(id, id, id) as libc::c_long)?;
+                check("switching to the sandbox's user", libc::setresuid(id, id, id) as libc::c_long)?;
+            }
+            // An id change clears the parent-death signal: set it again, then make sure the parent is alive.
+            set_parent_death_signal()?;
         }
-        relay_the_end_of(child)
+        check_parent_alive(&self.parent_alive)
     }
-    // SAFETY: prctl with integer arguments; then a poll of our own pipe, closed after.
-    unsafe {
-        libc::close(write_end);
-        check(
-            "setting the parent-death signal",
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) as libc::c_long,
-        )?;
-        let mut poll = libc::pollfd { fd: read_end, events: libc::POLLIN, revents: 0 };
-        let parent_gone = libc::poll(&mut poll, 1, 0) != 0;
-        libc::close(read_end);
-        if parent_gone {
-            libc::_exit(HELPER_FAILED);
+
+    /// RLIMIT_NPROC for `tasks` in the run: it counts the tasks of the sandbox's uid in the run's own user
+    /// namespace, where the waiting parent counts too when it is inside (non-root servers).
+    fn task_limit(&self, tasks: u64) -> u64 {
+        if self.switch_ids { tasks.saturating_sub(1) } else { tasks }
+    }
+}
+
+/// Creates the namespaces; returns in the process that goes on to run the interpreter, pid 1 of its pid
+/// namespace. The process that called it stays outside that pid namespace (it cannot be named from inside),
+/// waits, and ends as the interpreter ended: it never returns.
+///
+/// A non-root server can only map its own uid: this process makes the user and pid namespaces and maps its
+/// ids, and the child makes the rest. A root server's process makes the pid namespace, and the child the user
+/// namespace, whose ids the parent then maps to `nobody` (holding CAP_SETUID outside): programs never run as
+/// host root, and RLIMIT_NPROC (which root is exempt from) bounds their tasks.
+fn enter_namespaces(uid: u32, gid: u32) -> Result<Entered, StepError> {
+    const REST: libc::c_int = libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    let (alive_read, alive_write) = pipe("creating the parent-death pipe")?;
+    if uid != 0 {
+        // SAFETY: unshare with flags only; this process has a single thread.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) } != 0 {
+            return Ok(Entered::Degraded(unshare_error()));
         }
+        // A new user namespace changes our credentials, which clears the parent-death signal.
+        set_parent_death_signal()?;
+        map_ids("self", uid, gid)?;
+        if fork()? > 0 {
+            drop(alive_read);
+            relay(&alive_write)
+        }
+        drop(alive_write);
+        set_parent_death_signal()?;
+        check_parent_alive(&alive_read)?;
+        // SAFETY: unshare with flags only; single-threaded.
+        check("creating namespaces", unsafe { libc::unshare(REST) } as libc::c_long)?;
+        return Ok(Entered::Namespaces(Namespaces { outside_uid: uid, switch_ids: false, parent_alive: alive_read }));
+    }
+    // SAFETY: unshare with flags only; single-threaded.
+    if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+        return Ok(Entered::Degraded(unshare_error()));
+    }
+    let (ready_read, ready_write) = pipe("creating the namespace pipe")?;
+    let child = fork()?;
+    if child > 0 {
+        drop((alive_read, ready_write));
+        // The child's answer: 0 once its user namespace exists, else the errno of its unshare.
+        let mut answer = [0u8; 4];
+        let got = File::from(ready_read).read_exact(&mut answer);
+        let errno = i32::from_ne_bytes(answer);
+        if got.is_err() || errno != 0 {
+            reap(child);
+            return match got {
+                Err(e) => step("creating the user namespace (the child ended)", Err(e)),
+                Ok(()) => {
+                    let error = std::io::Error::from_raw_os_error(errno);
+                    Ok(Entered::Degraded(std::io::Error::new(error.kind(), format!("unshare: {error}"))))
+                }
+            };
+        }
+        map_ids(&child.to_string(), OUTSIDE_UID_FOR_ROOT, OUTSIDE_UID_FOR_ROOT)?;
+        let mut start = File::from(step("the parent-death pipe", alive_write.try_clone())?);
+        step("starting the sandbox's first process", start.write_all(b"g"))?;
+        relay(&alive_write)
+    }
+    drop((alive_write, ready_read));
+    set_parent_death_signal()?;
+    // SAFETY: unshare with flags only; single-threaded.
+    let unshared = unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0;
+    let errno = if unshared { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM) };
+    set_parent_death_signal()?;
+    let told = File::from(ready_write).write_all(&errno.to_ne_bytes());
+    // Wait for the parent to map our ids (it writes one byte); end if it died instead, or goes on degraded.
+    let mut start = [0u8; 1];
+    let started = told.is_ok()
+        && File::from(step("the parent-death pipe", alive_read.try_clone())?).read_exact(&mut start).is_ok();
+    if !unshared || !started {
+        // SAFETY: _exit has no preconditions.
+        unsafe { libc::_exit(HELPER_FAILED) }
+    }
+    // SAFETY: unshare with flags only; single-threaded; we hold every capability in our new user namespace.
+    check("creating namespaces", unsafe { libc::unshare(REST) } as libc::c_long)?;
+    Ok(Entered::Namespaces(Namespaces {
+        outside_uid: OUTSIDE_UID_FOR_ROOT,
+        switch_ids: true,
+        parent_alive: alive_read,
+    }))
+}
+
+fn unshare_error() -> std::io::Error {
+    let error = std::io::Error::last_os_error();
+    std::io::Error::new(error.kind(), format!("unshare: {error}"))
+}
+
+fn pipe(what: &str) -> Result<(OwnedFd, OwnedFd), StepError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a local array.
+    check(what, unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long)?;
+    // SAFETY: fresh fds owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn fork() -> Result<libc::pid_t, StepError> {
+    // SAFETY: fork in a single-threaded process; each side goes on with plain code and syscalls.
+    let child = unsafe { libc::fork() };
+    check("forking the sandbox's first process", child as libc::c_long)?;
+    Ok(child)
+}
+
+/// Ends this process if the parent's end of the pipe is closed (it died before our parent-death signal was
+/// set).
+fn check_parent_alive(parent_alive: &OwnedFd) -> Result<(), StepError> {
+    let mut poll = libc::pollfd { fd: parent_alive.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll of one fd we own, without waiting.
+    if unsafe { libc::poll(&mut poll, 1, 0) } != 0 {
+        // SAFETY: _exit has no preconditions.
+        unsafe { libc::_exit(HELPER_FAILED) }
     }
     Ok(())
 }
 
-/// Waits for `child` and ends as it ended.
-fn relay_the_end_of(child: libc::pid_t) -> ! {
+fn reap(child: libc::pid_t) {
     let mut status = 0;
-    // SAFETY: waitpid of our own child into a local; EINTR is retried.
-    while unsafe { libc::waitpid(child, &mut status, 0) } < 0 {
+    // SAFETY: waitpid of our own child into a local.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+}
+
+/// The parent's part: it keeps no channel end and no capability, holds `alive` open (the child's check), waits
+/// for its child and ends as it ended (its exit status, or killed by the same signal), so that the server sees
+/// the interpreter's end in the helper's. Both stay in the process group the server kills.
+fn relay(alive: &OwnedFd) -> ! {
+    let keep = alive.as_raw_fd() as u32;
+    // SAFETY: closes our copies of the channel and every fd but stderr and `alive`; then prctl.
+    unsafe {
+        libc::close(0);
+        libc::close(1);
+        if keep > 3 {
+            libc::syscall(libc::SYS_close_range, 3u32, keep - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32);
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    }
+    let _ = drop_capabilities();
+    relay_the_end_of()
+}
+
+/// Waits for our one child and ends as it ended.
+fn relay_the_end_of() -> ! {
+    let mut status = 0;
+    // SAFETY: waitpid of our only child into a local; EINTR is retried.
+    while unsafe { libc::waitpid(-1, &mut status, 0) } < 0 {
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             // SAFETY: _exit has no preconditions.
             unsafe { libc::_exit(HELPER_FAILED) }
@@ -215,15 +420,17 @@ fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
-/// Maps the sandbox's ids to ours (the one mapping an unprivileged process may write).
-fn map_ids(uid: u32, gid: u32) -> Result<(), StepError> {
+/// Maps the sandbox's ids to `uid`/`gid` in the user namespace of `/proc/<process>` (`self`: our own; an
+/// unprivileged process may only map its own ids).
+fn map_ids(process: &str, uid: u32, gid: u32) -> Result<(), StepError> {
     let write = |file: &str, text: String| -> Result<(), StepError> {
-        let result = File::options().write(true).open(file).and_then(|mut f| f.write_all(text.as_bytes()));
-        step(format!("writing {file}"), result)
+        let path = format!("/proc/{process}/{file}");
+        let result = File::options().write(true).open(&path).and_then(|mut f| f.write_all(text.as_bytes()));
+        step(format!("writing {path}"), result)
     };
-    write("/proc/self/setgroups", "deny".to_string())?;
-    write("/proc/self/uid_map", format!("{SANDBOX_ID} {uid} 1\n"))?;
-    write("/proc/self/gid_map", format!("{SANDBOX_ID} {gid} 1\n"))
+    write("setgroups", "deny".to_string())?;
+    write("uid_map", format!("{SANDBOX_ID} {uid} 1\n"))?;
+    write("gid_map", format!("{SANDBOX_ID} {gid} 1\n"))
 }
 
 fn c_path(path: &Path) -> Result<CString, StepError> {
@@ -264,21 +471,6 @@ fn write_user_database(etc: &Path, scratch: &Path) -> Result<(), StepError> {
     let passwd = format!("{SANDBOX_USER}:x:{SANDBOX_ID}:{SANDBOX_ID}:ptc-mcp sandbox:{home}:/nonexistent\n");
     step("writing /etc/passwd", std::fs::write(etc.join("passwd"), passwd))?;
     step("writing /etc/group", std::fs::write(etc.join("group"), format!("{SANDBOX_USER}:x:{SANDBOX_ID}:\n")))
-}
-
-/// The host's name for `uid`, if its user database has one.
-fn host_user_name(uid: libc::uid_t) -> Option<String> {
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buffer = vec![0 as libc::c_char; 16384];
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r with a zeroed entry and a buffer of the given size; `found` points at `entry` or is null.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
-    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: pw_name points into `buffer`, NUL-terminated.
-    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
-    name.to_str().ok().map(str::to_string)
 }
 
 /// Builds the minimal root: an empty tmpfs holding read-only binds of the interpreter's paths, the
@@ -423,14 +615,13 @@ fn restrict_with_landlock(policy: &Policy, also_readable: &[&Path]) -> Result<St
     }
 }
 
-fn drop_capabilities(in_own_namespace: bool) -> Result<(), StepError> {
-    if in_own_namespace {
-        // The bounding set can only shrink with CAP_SETPCAP, which we hold in our own user namespace.
-        for cap in 0..=63 {
-            // SAFETY: prctl with integer arguments; EINVAL past the last capability ends the loop.
-            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
-                break;
-            }
+fn drop_capabilities() -> Result<(), StepError> {
+    // The bounding set shrinks only with CAP_SETPCAP (held in our own user namespace, or by root): without it
+    // the drops fail, and the empty permitted set below is what counts.
+    for cap in 0..=63 {
+        // SAFETY: prctl with integer arguments; EINVAL past the last capability ends the loop.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            break;
         }
     }
     // SAFETY: prctl with integer arguments.
@@ -464,8 +655,8 @@ struct Exec {
 }
 
 impl Exec {
-    /// The interpreter's command line and environment: `HOME` and `TMPDIR` (scratch), and `LOGNAME` and
-    /// `USER` (`getpass.getuser()`) when the user has a name.
+    /// The interpreter's command line and environment: `HOME` and `TMPDIR` (scratch), `MALLOC_ARENA_MAX`, and
+    /// `LOGNAME` and `USER` (`getpass.getuser()`) when the user has a name.
     fn new(policy: &Policy, user_name: Option<&str>) -> Result<Exec, StepError> {
         let path = c_path(&policy.program)?;
         let mut args = vec![path.clone()];
@@ -473,7 +664,8 @@ impl Exec {
             args.push(step("an argument", CString::new(arg.as_bytes()))?);
         }
         let scratch = policy.scratch.as_os_str().as_bytes();
-        let mut vars = vec![("HOME", scratch), ("TMPDIR", scratch)];
+        let mut vars =
+            vec![("HOME", scratch), ("TMPDIR", scratch), (MALLOC_ARENA_MAX.0, MALLOC_ARENA_MAX.1.as_bytes())];
         if let Some(name) = user_name {
             vars.extend([("LOGNAME", name.as_bytes()), ("USER", name.as_bytes())]);
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::process::Command;
 
-use crate::host::{host_runner, runner_args, runner_command};
+use crate::host::{RunGroup, host_runner, runner_args, runner_command};
 use crate::python::ResolvedPython;
 use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
 use policy::{PlanRequest, Policy, inspect, plan};
@@ -61,7 +61,11 @@ impl LandlockBackend {
         let run_dir = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
         let scratch = run_dir.path().join("scratch");
         std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
-        let policy = plan(
+        // The scratch tmpfs is memory too, charged to the run's cgroup.
+        let cgroup_memory = request.limits.memory_bytes().saturating_add(request.limits.scratch_mb << 20);
+        let group = RunGroup::for_run(&request.limits, cgroup_memory);
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+        let mut policy = plan(
             PlanRequest {
                 python,
                 scratch,
@@ -72,10 +76,18 @@ impl LandlockBackend {
             },
             &inspect,
         );
+        #[cfg(target_os = "linux")]
+        {
+            policy.cgroup = group.cgroup().map(|c| policy::Cgroup {
+                dir: c.dir().to_path_buf(),
+                bounds_tasks: c.bounds_tasks,
+                bounds_memory: c.bounds_memory,
+            });
+        }
         let child = helper_command(&self.helper, &policy)
             .spawn()
             .map_err(|source| SpawnError::Start { program: self.helper.display().to_string(), source })?;
-        host_runner(child, run_dir)
+        host_runner(child, run_dir, group)
     }
 }
 

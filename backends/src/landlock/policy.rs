@@ -28,6 +28,18 @@ pub struct Policy {
     pub cpu_seconds: u64,
     /// Without user namespaces, run degraded (Landlock and seccomp only) instead of refusing.
     pub allow_degraded: bool,
+    /// The run's cgroup, which the helper moves itself into first.
+    #[serde(default)]
+    pub cgroup: Option<Cgroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cgroup {
+    pub dir: PathBuf,
+    /// Its `pids.max` is the run's task limit.
+    pub bounds_tasks: bool,
+    /// Its `memory.max` is the run's memory limit (no memory rlimits then).
+    pub bounds_memory: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,7 +72,8 @@ fn library_candidates(multiarch: &str) -> Vec<PathBuf> {
 
 const DEVICES: [(&str, BindAccess); 4] = [
     ("/dev/null", BindAccess::Device { write: true }),
-    ("/dev/zero", BindAccess::Device { write: true }),
+    // Read-only: a writable shared mapping of /dev/zero would be shared memory outside RLIMIT_DATA.
+    ("/dev/zero", BindAccess::Device { write: false }),
     ("/dev/urandom", BindAccess::Device { write: false }),
     ("/dev/random", BindAccess::Device { write: false }),
 ];
@@ -154,6 +167,7 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
         limits: request.limits,
         cpu_seconds: request.cpu_seconds,
         allow_degraded: request.allow_degraded,
+        cgroup: None,
     }
 }
 
@@ -215,7 +229,7 @@ mod tests {
                 ("/usr/lib/x86_64-linux-gnu", BindAccess::Exec),
                 ("/usr/share/zoneinfo", BindAccess::Read),
                 ("/dev/null", BindAccess::Device { write: true }),
-                ("/dev/zero", BindAccess::Device { write: true }),
+                ("/dev/zero", BindAccess::Device { write: false }),
                 ("/dev/urandom", BindAccess::Device { write: false }),
             ]
         );

@@ -6,7 +6,7 @@
 //! filter cannot see); new processes (fork, vfork, clone without CLONE_THREAD, leaving the process group or
 //! session), exec after the interpreter started; io_uring, keys, bpf, perf, userfaultfd, ptrace and
 //! cross-process memory access, namespaces, mounts and the mount table; SysV IPC, POSIX message queues and
-//! memfds (memory outside the limits); inotify and fanotify (per-user quotas shared with the host); kernel and
+//! memfds and shared anonymous mappings (memory outside the limits); inotify and fanotify (per-user quotas shared with the host); kernel and
 //! system administration; and signals, rlimits, priorities, scheduling and pidfds aimed at any process but
 //! itself. Without namespaces (degraded mode), where every host file is on a writable mount, metadata changes
 //! (modes, owners, times, extended attributes) are denied everywhere too. `clone3` fails with ENOSYS so the
@@ -29,10 +29,11 @@ enum When {
     Always,
     /// Unless every listed argument is one of its allowed values.
     Unless(Vec<(u8, Vec<u64>)>),
-    /// When argument `arg` masked with `mask` equals zero (clone without CLONE_THREAD).
-    MaskedZero {
+    /// When argument `arg` masked with `mask` equals `value`.
+    Masked {
         arg: u8,
         mask: u64,
+        value: u64,
     },
 }
 
@@ -81,7 +82,7 @@ fn network() -> Vec<Deny> {
 /// reproduce.
 fn processes(exec_path: u64) -> Vec<Deny> {
     let mut rules = vec![
-        Deny { syscall: libc::SYS_clone, when: When::MaskedZero { arg: 0, mask: libc::CLONE_THREAD as u64 } },
+        Deny { syscall: libc::SYS_clone, when: When::Masked { arg: 0, mask: libc::CLONE_THREAD as u64, value: 0 } },
         unless_arg_in(libc::SYS_execve, 0, &[exec_path]),
         always(libc::SYS_execveat),
         always(libc::SYS_setsid),
@@ -149,9 +150,15 @@ fn danger_zone() -> Vec<Deny> {
 }
 
 /// Memory a program could hold outside its limits, and that without an IPC namespace is the host's: SysV
-/// shared memory, semaphores and message queues, POSIX message queues, memfds.
+/// shared memory, semaphores and message queues, POSIX message queues, memfds, and shared anonymous mappings
+/// (RLIMIT_DATA counts only private ones; `/dev/zero`, the other way to get them, is read-only here).
 fn shared_memory() -> Vec<Deny> {
-    [
+    const SHARED_ANONYMOUS: u64 = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64;
+    let mmap = Deny {
+        syscall: libc::SYS_mmap,
+        when: When::Masked { arg: 3, mask: SHARED_ANONYMOUS, value: SHARED_ANONYMOUS },
+    };
+    let mut rules: Vec<Deny> = [
         libc::SYS_shmget,
         libc::SYS_shmat,
         libc::SYS_shmctl,
@@ -175,7 +182,9 @@ fn shared_memory() -> Vec<Deny> {
     ]
     .into_iter()
     .map(always)
-    .collect()
+    .collect();
+    rules.push(mmap);
+    rules
 }
 
 /// File-system watches: their instances and watches count against per-user quotas shared with the host's
@@ -300,8 +309,8 @@ fn compile(denies: Vec<Deny>, action: SeccompAction) -> Result<BpfProgram, Filte
                     entry.push(SeccompRule::new(conditions)?);
                 }
             }
-            When::MaskedZero { arg, mask } => {
-                entry.push(SeccompRule::new(vec![condition(arg, SeccompCmpOp::MaskedEq(mask), 0)?])?)
+            When::Masked { arg, mask, value } => {
+                entry.push(SeccompRule::new(vec![condition(arg, SeccompCmpOp::MaskedEq(mask), value)?])?)
             }
         }
     }
@@ -375,7 +384,9 @@ mod tests {
                 When::Unless(clauses) => {
                     conditional.insert(deny.syscall.to_string(), serde_json::json!(clauses));
                 }
-                When::MaskedZero { .. } => {} // clone's flag test: both filters allow threads and deny processes
+                // clone's flag test (both filters allow threads and deny processes), and shared anonymous
+                // mappings, which only the landlock backend denies: a container's cgroup counts them.
+                When::Masked { .. } => {}
             }
         }
         // In a container the interpreter is already running: exec is denied outright there.
