@@ -40,8 +40,8 @@ impl SandboxBackend for NoneBackend {
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let python = self.python.for_spawn(SandboxKind::None).await?;
-        let mut argv = vec![python.executable.display().to_string()];
-        argv.extend(runner_args());
+        let mut argv = vec![python.executable.clone().into_os_string()];
+        argv.extend(runner_args().into_iter().map(Into::into));
         spawn_confined(request, |_| argv)
     }
 }

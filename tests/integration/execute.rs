@@ -259,6 +259,22 @@ async fn a_child_in_a_new_session_does_not_survive_the_run() {
     assert!(!is_running(pid), "the program's child {pid}, in a session of its own, survived the run");
 }
 
+/// Any bytes make a Unix path: a `TMPDIR` that is not UTF-8 used to panic the request in the landlock policy
+/// (the client never got an answer).
+#[tokio::test]
+async fn a_tmpdir_that_is_not_utf8_still_runs_programs() {
+    use std::os::unix::ffi::OsStrExt;
+    let base = tempfile::tempdir().unwrap();
+    let tmpdir = base.path().join(std::ffi::OsStr::from_bytes(b"tmp-\xff"));
+    std::fs::create_dir(&tmpdir).unwrap();
+    let ptc = Ptc::start_with_os_env(&config(&[], ""), &[("TMPDIR", tmpdir.as_os_str())]).await;
+    let code = "import os\nprint(b'tmp-\\xff' in os.getcwd().encode('utf-8', 'surrogateescape'))";
+    let text = ptc.execute(code).await.expect_ok();
+    // A container's scratch is its own /scratch.
+    let expected = if sandbox_under_test() == "docker" { "False" } else { "True" };
+    assert_eq!(text, format!("[Script executed successfully]\n{expected}"));
+}
+
 #[tokio::test]
 async fn print_and_fd_writes_never_corrupt_the_channel() {
     let ptc = ptc_with_mock("").await;

@@ -84,17 +84,21 @@ impl LandlockBackend {
                 bounds_memory: c.bounds_memory,
             });
         }
-        let child = helper_command(&self.helper, &policy)
+        let child = helper_command(&self.helper, &policy)?
             .spawn()
             .map_err(|source| SpawnError::Start { program: self.helper.display().to_string(), source })?;
         host_runner(child, run_dir, group)
     }
 }
 
-fn helper_command(helper: &Path, policy: &Policy) -> Command {
+fn helper_command(helper: &Path, policy: &Policy) -> Result<Command, SpawnError> {
+    let policy = serde_json::to_string(policy).map_err(|e| SpawnError::Start {
+        program: helper.display().to_string(),
+        source: std::io::Error::other(format!("the sandbox policy cannot be written: {e}")),
+    })?;
     let mut command = runner_command(helper);
-    command.arg(HELPER_SUBCOMMAND).arg(serde_json::to_string(policy).expect("policies serialise"));
-    command
+    command.arg(HELPER_SUBCOMMAND).arg(policy);
+    Ok(command)
 }
 
 #[async_trait]
