@@ -33,11 +33,17 @@ without_user_namespaces() {
     unshare --user -- sh -c 'read _ <"$0"; exec sh -c "echo 0 >/proc/sys/user/max_user_namespaces && exec \"\$@\"" sh "$@"' \
         "$fifo" "$@" &
     pid=$!
+    # Until unshare has made the namespace (and while it execs the shell) the maps cannot be written yet.
+    local mapped=
     for _ in $(seq 1 200); do
-        [[ $(readlink "/proc/$pid/ns/user") != $(readlink /proc/self/ns/user) ]] && break
+        if [[ $(readlink "/proc/$pid/ns/user") != $(readlink /proc/self/ns/user) ]] &&
+            { echo "0 0 65536" >"/proc/$pid/uid_map"; } 2>/dev/null; then
+            mapped=yes
+            break
+        fi
         sleep 0.05
     done
-    echo "0 0 65536" >"/proc/$pid/uid_map"
+    [[ -n $mapped ]] || { echo "ci/test-as-user.sh: could not map the ids of the test's user namespace" >&2; exit 1; }
     echo "0 0 65536" >"/proc/$pid/gid_map"
     echo go >"$fifo"
     wait "$pid"

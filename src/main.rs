@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use ptc_backends::{BackendSettings, SandboxKind};
+use ptc_backends::{BackendSettings, SandboxKind, guarantees};
 use ptc_mcp::config::{CONFIG_ENV, Config, ConfigSource};
 use ptc_mcp::engine::Engine;
 use ptc_mcp::registry::Registry;
@@ -28,8 +28,8 @@ struct Cli {
     config: Option<PathBuf>,
 
     /// Check whether a sandbox (auto, seatbelt, landlock, docker or none) can run programs here, print what
-    /// it enforces or why not, and exit (status 0 when it can). Uses execution.python and execution.docker
-    /// from the config.
+    /// it enforces and what that guarantees, or why it cannot run, and exit (status 0 when it can). Uses
+    /// execution.python, execution.docker and execution.allow_degraded from the config.
     #[arg(long, value_name = "SANDBOX")]
     check_sandbox: Option<String>,
 }
@@ -76,6 +76,17 @@ async fn check_sandbox(sandbox: &str, config: &Config) -> ExitCode {
     };
     let availability = ptc_backends::select(kind, &settings).probe().await;
     println!("{}: {}", kind.resolve_auto(), availability.describe());
+    if let Some(mode) = guarantees::mode_of(kind, &availability) {
+        let what = if availability.is_usable() {
+            "what it guarantees here"
+        } else {
+            "what it would guarantee with execution.allow_degraded: true"
+        };
+        println!("{what} ({}, README \"Sandboxes\"):", guarantees::name(mode).replace('`', ""));
+        for line in guarantees::lines(mode) {
+            println!("  {}", line.replace('`', ""));
+        }
+    }
     if availability.is_usable() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 

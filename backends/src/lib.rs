@@ -7,6 +7,7 @@
 #[cfg(target_os = "linux")]
 mod cgroup;
 mod docker;
+pub mod guarantees;
 mod host;
 mod kind;
 mod landlock;

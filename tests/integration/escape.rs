@@ -273,7 +273,7 @@ fn landlock_is_degraded() -> bool {
             .arg(&config)
             .output()
             .expect("ptc-mcp --check-sandbox runs");
-        let report = String::from_utf8_lossy(&output.stdout).to_string();
+        let report = String::from_utf8_lossy(&output.stdout).lines().next().unwrap_or_default().to_string();
         let degraded = report.contains("degraded");
         let mode = if degraded { "degraded" } else { "namespaces" };
         if let Ok(expected) = std::env::var("PTC_TEST_LANDLOCK_MODE") {
