@@ -75,18 +75,20 @@ async fn check_sandbox(sandbox: &str, config: &Config) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let availability = ptc_backends::select(kind, &settings).probe().await;
-    println!("{}: {}", kind.resolve_auto(), availability.describe());
+    let mut report = format!("{}: {}\n", kind.resolve_auto(), availability.describe());
     if let Some(mode) = guarantees::mode_of(kind, &availability) {
         let what = if availability.is_usable() {
             "what it guarantees here"
         } else {
             "what it would guarantee with execution.allow_degraded: true"
         };
-        println!("{what} ({}, README \"Sandboxes\"):", guarantees::name(mode).replace('`', ""));
+        report.push_str(&format!("{what} ({}, README \"Sandboxes\"):\n", guarantees::name(mode).replace('`', "")));
         for line in guarantees::lines(mode) {
-            println!("  {}", line.replace('`', ""));
+            report.push_str(&format!("  {}\n", line.replace('`', "")));
         }
     }
+    // A reader that stopped early (`| head -1`) is no error of ours.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes());
     if availability.is_usable() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 

@@ -89,7 +89,11 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
     let task_limit = rlimits::nproc(0, namespaces.task_limit(policy.limits.tasks));
     let user_database = [Path::new(PASSWD), Path::new(GROUP)];
     let exec = confine(&policy, Some(SANDBOX_USER.to_string()), &user_database, &mut layers)?;
-    layers.push(format!("tasks: at most {} (RLIMIT_NPROC in the run's user namespace)", policy.limits.tasks));
+    layers.push(if namespaces.outside_uid == 0 {
+        "tasks: NOT bounded by RLIMIT_NPROC (uid 0 outside: the kernel exempts root)".to_string()
+    } else {
+        format!("tasks: at most {} (RLIMIT_NPROC in the run's user namespace)", policy.limits.tasks)
+    });
     finish(&policy, exec, Some(task_limit), false, layers)
 }
 
@@ -296,9 +300,9 @@ fn enter_namespaces(uid: u32, gid: u32) -> Result<Entered, StepError> {
                 }
             };
         }
-        map_ids(&child.to_string(), OUTSIDE_UID_FOR_ROOT, OUTSIDE_UID_FOR_ROOT)?;
+        let outside_uid = map_root_ids(&child.to_string(), uid, gid)?;
         let mut start = File::from(step("the parent-death pipe", alive_write.try_clone())?);
-        step("starting the sandbox's first process", start.write_all(b"g"))?;
+        step("starting the sandbox's first process", start.write_all(&outside_uid.to_ne_bytes()))?;
         relay(&alive_write)
     }
     drop((alive_write, ready_read));
@@ -308,8 +312,9 @@ fn enter_namespaces(uid: u32, gid: u32) -> Result<Entered, StepError> {
     let errno = if unshared { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM) };
     set_parent_death_signal()?;
     let told = File::from(ready_write).write_all(&errno.to_ne_bytes());
-    // Wait for the parent to map our ids (it writes one byte); end if it died instead, or goes on degraded.
-    let mut start = [0u8; 1];
+    // Wait for the parent to map our ids (it writes the uid they map to); end if it died instead, or went on
+    // degraded.
+    let mut start = [0u8; 4];
     let started = told.is_ok()
         && File::from(step("the parent-death pipe", alive_read.try_clone())?).read_exact(&mut start).is_ok();
     if !unshared || !started {
@@ -319,7 +324,7 @@ fn enter_namespaces(uid: u32, gid: u32) -> Result<Entered, StepError> {
     // SAFETY: unshare with flags only; single-threaded; we hold every capability in our new user namespace.
     check("creating namespaces", unsafe { libc::unshare(REST) } as libc::c_long)?;
     Ok(Entered::Namespaces(Namespaces {
-        outside_uid: OUTSIDE_UID_FOR_ROOT,
+        outside_uid: u32::from_ne_bytes(start),
         switch_ids: true,
         parent_alive: alive_read,
     }))
@@ -418,6 +423,25 @@ fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: fd was just opened and is owned by nobody else.
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
+/// A root server's mapping of the child's ids: to `nobody` (65534), or, where this user namespace has no such
+/// id (a container's root with a short id map), to its own. Returns the uid mapped to.
+fn map_root_ids(child: &str, uid: u32, gid: u32) -> Result<u32, StepError> {
+    let write = |file: &str, text: String| {
+        let path = format!("/proc/{child}/{file}");
+        File::options().write(true).open(&path).and_then(|mut f| f.write_all(text.as_bytes()))
+    };
+    step("denying setgroups in the sandbox", write("setgroups", "deny".to_string()))?;
+    let mut outside_uid = OUTSIDE_UID_FOR_ROOT;
+    if write("uid_map", format!("{SANDBOX_ID} {OUTSIDE_UID_FOR_ROOT} 1\n")).is_err() {
+        step("mapping the sandbox's uid", write("uid_map", format!("{SANDBOX_ID} {uid} 1\n")))?;
+        outside_uid = uid;
+    }
+    if write("gid_map", format!("{SANDBOX_ID} {OUTSIDE_UID_FOR_ROOT} 1\n")).is_err() {
+        step("mapping the sandbox's gid", write("gid_map", format!("{SANDBOX_ID} {gid} 1\n")))?;
+    }
+    Ok(outside_uid)
 }
 
 /// Maps the sandbox's ids to `uid`/`gid` in the user namespace of `/proc/<process>` (`self`: our own; an
