@@ -3,8 +3,8 @@
 //! the `pids` and `memory` controllers, the run's tasks and memory are bounded there (`pids.max`, `memory.max`,
 //! no swap), counting what the run uses rather than what it reserves.
 //!
-//! The run's cgroups are children of the server's own cgroup, named `ptc-<server pid>-<n>`; a server that died
-//! without removing its empty ones has them removed by the next server. Finding the place is plain code over
+//! The run's cgroups are children of the server's own cgroup, named `ptc-<server pid>-<n>`; those of a server
+//! that died without removing them are killed and removed by the next server. Finding the place is plain code over
 //! `/proc/self/mountinfo` and `/proc/self/cgroup` (tested everywhere); the rest needs Linux and permission to
 //! write there (root, or a delegated subtree).
 
@@ -175,7 +175,9 @@ fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::OpenOptions::new().write(true).open(path)?.write_all(text.as_bytes())
 }
 
-/// Removes the empty run cgroups of servers that are gone (their processes were killed with them).
+/// Removes the run cgroups of servers that are gone, killing what is left in them: a server killed outright
+/// (SIGKILL) cannot, and a process of its runs that left their process group (under `none`) outlives it until
+/// the next server starts.
 fn remove_leftovers(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
@@ -183,10 +185,16 @@ fn remove_leftovers(dir: &Path) {
         let Some(server) = name.to_str().and_then(|n| n.strip_prefix("ptc-")).and_then(|n| n.split('-').next()) else {
             continue;
         };
-        if server.parse::<u32>().is_ok() && !Path::new("/proc").join(server).exists() {
-            let _ = std::fs::remove_dir(entry.path());
+        if server.parse::<u32>().is_ok() && !is_alive(server) {
+            drop(RunCgroup { dir: entry.path(), bounds_tasks: false, bounds_memory: false });
         }
     }
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has: its parent has yet to reap it).
+fn is_alive(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(Path::new("/proc").join(pid).join("stat")).unwrap_or_default();
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'))
 }
 
 /// The directory of this process's cgroup in the cgroup v2 hierarchy, from `/proc/self/mountinfo` and

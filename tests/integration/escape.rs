@@ -1195,7 +1195,6 @@ probe(send, {name})
 /// holds them for a few seconds while the test, as the same user, keeps trying to get one. fanotify too.
 #[tokio::test]
 async fn exhausting_the_users_inotify_instances_is_blocked() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let code = r#"
 import time
 def hold_inotify_instances():
@@ -1218,32 +1217,48 @@ probe(watch, *CALLS, strict=True)
 "#;
     let name = "exhausting_the_users_inotify_instances_is_blocked";
     let ptc = Ptc::start(&config(&[], EXECUTION)).await;
-    let (done, starved) = (AtomicBool::new(false), AtomicBool::new(false));
     let none = UnderNone::NotRun("it would take every inotify instance of the user running the tests");
-    let run = async {
-        let outcome = attempt_in(&ptc, name, none.into(), code).await;
-        done.store(true, Ordering::SeqCst);
-        outcome
-    };
-    let host_side = async {
-        while !done.load(Ordering::SeqCst) {
-            // SAFETY: inotify_init1 and close of the fd it returns.
-            let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
-            if fd >= 0 {
-                unsafe { libc::close(fd) };
-            } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE) {
-                starved.store(true, Ordering::SeqCst);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let (outcome, ()) = tokio::join!(run, host_side);
-    let starved = starved.load(Ordering::SeqCst);
+    // The host side runs as the user the program runs as on the host: the quota is that user's.
+    let mut watcher = std::process::Command::new("python3");
+    watcher.args(["-I", "-S", "-c", INOTIFY_WATCHER]).stdout(std::process::Stdio::piped());
+    if let Some(uid) = programs_host_uid() {
+        use std::os::unix::process::CommandExt;
+        watcher.uid(uid).gid(uid);
+    }
+    let mut watcher = HostProcess(watcher.spawn().unwrap());
+    let outcome = attempt_in(&ptc, name, none.into(), code).await;
+    let _ = watcher.0.kill();
+    let mut seen = String::new();
+    std::io::Read::read_to_string(watcher.0.stdout.as_mut().unwrap(), &mut seen).unwrap();
+    let starved = seen.contains("starved");
     match outcome {
         Some(Outcome::Blocked) => assert!(!starved, "{name}: blocked, yet the host side could not get an instance"),
         Some(Outcome::Escaped) => assert!(starved, "{name}: escaped, yet the host side always got an instance"),
         None => {}
     }
+}
+
+/// Tries to get an inotify instance every 20 ms, for up to a minute, and says when it cannot.
+const INOTIFY_WATCHER: &str = r#"
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    fd = libc.inotify_init1(0o2000000)
+    if fd >= 0:
+        os.close(fd)
+    elif ctypes.get_errno() == 24:  # EMFILE: the user's instances are all taken
+        print('starved', flush=True)
+        break
+    time.sleep(0.02)
+"#;
+
+/// The host uid programs of the sandbox under test run as, when it is not this process's: a root server's
+/// landlock programs and docker's run as 65534.
+fn programs_host_uid() -> Option<u32> {
+    let sandbox = sandbox_under_test();
+    let remapped = sandbox == "docker" || (sandbox == "landlock" && !landlock_is_degraded());
+    (running_as_root() && remapped).then_some(65534)
 }
 
 // ---------------------------------------------------------------------------------------------------------
