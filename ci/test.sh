@@ -14,6 +14,7 @@ trap 'rm -f "$check_config"' EXIT
 printf 'execution:\n  docker:\n    image: %s\n' "${PTC_TEST_DOCKER_IMAGE:-ptc-mcp-runner:local}" >"$check_config"
 for sandbox in ${PTC_TEST_SANDBOXES:-landlock}; do
     if check=$(target/debug/ptc-mcp --check-sandbox "$sandbox" --config "$check_config"); then
+        check=${check%%$'\n'*} # the first line: what is in force (the guarantees follow)
         echo "== integration tests under the $sandbox sandbox ($check)" >&2
         PTC_TEST_SANDBOX="$sandbox" cargo test --locked --test integration "$@"
     elif [[ ",${PTC_REQUIRE_BACKENDS:-}," == *",$sandbox,"* ]]; then

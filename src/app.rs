@@ -73,5 +73,10 @@ impl App {
 /// What the sandbox backends need from the config and this executable (the landlock helper is this binary).
 pub fn backend_settings(config: &Config) -> Result<BackendSettings, StartError> {
     let helper = std::env::current_exe().map_err(StartError::OwnExecutable)?;
-    Ok(BackendSettings { python: config.execution.python.clone(), helper, docker: config.execution.docker.clone() })
+    Ok(BackendSettings {
+        python: config.execution.python.clone(),
+        helper,
+        docker: config.execution.docker.clone(),
+        allow_degraded: config.execution.allow_degraded,
+    })
 }

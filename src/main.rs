@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ptc_backends::SandboxKind;
+use ptc_backends::{SandboxKind, guarantees};
 use ptc_mcp::cli::{self, CONFIG_ERROR, ToolsArgs};
 use ptc_mcp::config::Config;
 use ptc_mcp::serve;
@@ -21,8 +21,8 @@ struct Cli {
     config: Option<PathBuf>,
 
     /// Check whether a sandbox (auto, seatbelt, landlock, docker or none) can run programs here, print what
-    /// it enforces or why not, and exit (status 0 when it can). Uses execution.python and execution.docker
-    /// from the config.
+    /// it enforces and what that guarantees, or why it cannot run, and exit (status 0 when it can). Uses
+    /// execution.python, execution.docker and execution.allow_degraded from the config.
     #[arg(long, value_name = "SANDBOX")]
     check_sandbox: Option<String>,
 
@@ -117,7 +117,20 @@ async fn check_sandbox(sandbox: &str, config: &Config) -> u8 {
         }
     };
     let availability = ptc_backends::select(kind, &settings).probe().await;
-    println!("{}: {}", kind.resolve_auto(), availability.describe());
+    let mut report = format!("{}: {}\n", kind.resolve_auto(), availability.describe());
+    if let Some(mode) = guarantees::mode_of(kind, &availability) {
+        let what = if availability.is_usable() {
+            "what it guarantees here"
+        } else {
+            "what it would guarantee with execution.allow_degraded: true"
+        };
+        report.push_str(&format!("{what} ({}, README \"Sandboxes\"):\n", guarantees::name(mode).replace('`', "")));
+        for line in guarantees::lines(mode) {
+            report.push_str(&format!("  {}\n", line.replace('`', "")));
+        }
+    }
+    // A reader that stopped early (`| head -1`) is no error of ours.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes());
     if availability.is_usable() { cli::SUCCESS } else { cli::FAILURE }
 }
 

@@ -1,6 +1,7 @@
 //! Runners that are processes on this host (`none`, `seatbelt`, and `landlock` through its helper): each
 //! leads its own process group so that killing the group kills everything the program started.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -11,7 +12,9 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::task::JoinHandle;
 
+use crate::limits::MALLOC_ARENA_MAX;
 use crate::protocol::RUNNER_SOURCE;
+use crate::rlimits::MemoryBound;
 use crate::tail::StderrTail;
 use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError, SpawnRequest, python, rlimits};
 
@@ -39,31 +42,146 @@ pub(crate) fn runner_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 /// rlimits, and (on Linux) death with the server.
 pub(crate) fn spawn_confined(
     request: &SpawnRequest,
-    argv: impl FnOnce(&Path) -> Vec<String>,
+    argv: impl FnOnce(&Path) -> Vec<OsString>,
 ) -> Result<RunnerProcess, SpawnError> {
     let scratch = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
     let argv = argv(scratch.path());
-    let (program, args) = argv.split_first().expect("a command line has a program");
-    let mut command = runner_command(program);
+    let Some((program, args)) = argv.split_first() else {
+        let source = std::io::Error::other("an empty command line");
+        return Err(SpawnError::Start { program: String::new(), source });
+    };
+    let program = program.to_string_lossy().into_owned();
+    let mut command = runner_command(&argv[0]);
     command.args(args).env("HOME", scratch.path()).env("TMPDIR", scratch.path()).current_dir(scratch.path());
-    let rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout));
-    // SAFETY: the closure only makes async-signal-safe syscalls (setrlimit, prctl).
+    command.env(MALLOC_ARENA_MAX.0, MALLOC_ARENA_MAX.1);
+    // SAFETY: getuid has no preconditions.
+    if let Some(name) = user_name(unsafe { libc::getuid() }) {
+        command.env("LOGNAME", &name).env("USER", &name);
+    }
+    let cgroup = RunGroup::for_run(&request.limits, request.limits.memory_bytes());
+    let memory = if cgroup.bounds_memory() { MemoryBound::Cgroup } else { MemoryBound::Rlimits };
+    let mut rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout), memory);
+    rlimits.extend(task_limit(&request.limits));
+    let join = cgroup.joiner().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
+    // SAFETY: the closure only makes async-signal-safe syscalls (write, close_range, setrlimit, prctl).
     unsafe {
-        command.pre_exec(move || confine(&rlimits));
+        command.pre_exec(move || confine(join.as_ref(), &rlimits));
     }
     let child = command.spawn().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
-    host_runner(child, scratch)
+    host_runner(child, scratch, cgroup)
 }
 
-/// In the child before exec: no inherited files but stdio, the run's limits, and death with the server.
-fn confine(rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
+/// The run's cgroup where there is one (Linux, see `cgroup`); nothing elsewhere.
+pub(crate) struct RunGroup {
     #[cfg(target_os = "linux")]
-    // SAFETY: close_range on the child's own fd table, marking everything past stdio close-on-exec.
-    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
+    cgroup: Option<crate::cgroup::RunCgroup>,
+}
+
+impl RunGroup {
+    pub(crate) fn for_run(limits: &crate::Limits, memory_bytes: u64) -> RunGroup {
+        #[cfg(target_os = "linux")]
+        return RunGroup { cgroup: crate::cgroup::for_run(limits, memory_bytes) };
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (limits, memory_bytes);
+            RunGroup {}
+        }
     }
+
+    pub(crate) fn bounds_memory(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.cgroup.as_ref().is_some_and(|c| c.bounds_memory);
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
+    /// The cgroup's directory, for a helper that moves itself in.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn cgroup(&self) -> Option<&crate::cgroup::RunCgroup> {
+        self.cgroup.as_ref()
+    }
+
+    /// An open `cgroup.procs` of the run's cgroup, for the child to move itself in before exec.
+    fn joiner(&self) -> std::io::Result<Option<std::fs::File>> {
+        #[cfg(target_os = "linux")]
+        if let Some(cgroup) = &self.cgroup {
+            use std::os::unix::fs::OpenOptionsExt;
+            let file = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_CLOEXEC).open(cgroup.procs())?;
+            return Ok(Some(file));
+        }
+        Ok(None)
+    }
+
+    fn kill(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
+        }
+    }
+
+    /// What a run's group is here, for a probe's report.
+    pub(crate) fn describe() -> String {
+        #[cfg(target_os = "linux")]
+        return crate::cgroup::describe();
+        #[cfg(not(target_os = "linux"))]
+        "no cgroup (not Linux)".to_string()
+    }
+
+    fn is_empty(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.cgroup.as_ref().is_none_or(|c| c.is_empty());
+        #[cfg(not(target_os = "linux"))]
+        true
+    }
+}
+
+/// RLIMIT_NPROC for a runner of this server's user: as many tasks as the user has now, plus the run's. The
+/// kernel counts every task of the user, so concurrent runs and the user's other processes share the margin;
+/// root is exempt from the limit, so none is set for it. Linux only.
+fn task_limit(limits: &crate::Limits) -> Option<rlimits::Rlimit> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        (uid != 0).then(|| rlimits::nproc(rlimits::tasks_of_user(uid), limits.tasks))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = limits;
+        None
+    }
+}
+
+/// This machine's name for `uid`, if its user database has one.
+pub(crate) fn user_name(uid: libc::uid_t) -> Option<String> {
+    // SAFETY: an all-zero passwd is a valid value to be filled in.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; 16384];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r with a zeroed entry and a buffer of the given size; `found` points at `entry` or is null.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points into `buffer`, NUL-terminated.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    name.to_str().ok().map(str::to_string)
+}
+
+/// In the child before exec: into the run's cgroup, no inherited files but stdio, the run's limits, and death
+/// with the server.
+fn confine(cgroup_procs: Option<&std::fs::File>, rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
+    if let Some(procs) = cgroup_procs {
+        use std::os::fd::AsRawFd;
+        // SAFETY: write of a local buffer to an fd we own: "0" moves the writing process.
+        if unsafe { libc::write(procs.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    close_inherited_fds()?;
     rlimits::apply(rlimits)?;
-    // Die with the server even if it is killed without a chance to clean up.
+    // Die with the server even if it is killed without a chance to clean up. macOS has no such signal: there a
+    // runner outlives a killed server only until it reads the end of its channel, its stdin.
     #[cfg(target_os = "linux")]
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
@@ -72,9 +190,38 @@ fn confine(rlimits: &[rlimits::Rlimit]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Fds past stdio become close-on-exec (async-signal-safe): with one `close_range` on Linux 5.11+; on older
+/// kernels (ENOSYS, or EINVAL for the CLOEXEC flag) and other OSes, with `fcntl` on every fd below the open-files
+/// limit (at most 65536 of them).
+fn close_inherited_fds() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: close_range on the child's own fd table, marking everything past stdio close-on-exec.
+        if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } == 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::last_os_error();
+        if !matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) {
+            return Err(error);
+        }
+    }
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit into a local struct.
+    let open_files = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_cur } else { 0 };
+    mark_close_on_exec(3..open_files.clamp(1024, 65536) as libc::c_int);
+    Ok(())
+}
+
+fn mark_close_on_exec(fds: std::ops::Range<libc::c_int>) {
+    for fd in fds {
+        // SAFETY: fcntl on an fd number; one that is not open yields EBADF, which is fine.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
 /// Wraps a spawned child (started with `process_group(0)` and piped stdio) into a [`RunnerProcess`]. The
 /// scratch directory lives as long as the runner and is removed after it is killed.
-pub(crate) fn host_runner(mut child: Child, scratch: TempDir) -> Result<RunnerProcess, SpawnError> {
+pub(crate) fn host_runner(mut child: Child, scratch: TempDir, group: RunGroup) -> Result<RunnerProcess, SpawnError> {
     let missing = |what: &str| SpawnError::Start {
         program: "runner".into(),
         source: std::io::Error::other(format!("{what} was not piped")),
@@ -87,7 +234,9 @@ pub(crate) fn host_runner(mut child: Child, scratch: TempDir) -> Result<RunnerPr
     let tail = StderrTail::default();
     let stderr_reader = Some(tokio::spawn(keep_stderr_tail(stderr, tail.clone())));
     let pgid = child.id().map(|pid| pid as libc::pid_t);
-    let control = HostControl { child, pgid, exited: None, stderr_tail: tail, stderr_reader, _scratch: scratch };
+    let exit = pgid.and_then(ExitWatch::of);
+    let control =
+        HostControl { child, pgid, exit, exited: None, stderr_tail: tail, stderr_reader, group, _scratch: scratch };
     Ok(RunnerProcess { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), control: Box::new(control) })
 }
 
@@ -117,24 +266,69 @@ async fn keep_stderr_tail(mut stderr: ChildStderr, tail: StderrTail) {
     }
 }
 
+/// Tells when a process has exited without reaping it (Linux: a pidfd, readable at exit). Until it is reaped
+/// its pid, which is also its process group's id, cannot be reused: the group can be killed safely then.
+struct ExitWatch {
+    #[cfg(target_os = "linux")]
+    pidfd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+}
+
+impl ExitWatch {
+    fn of(pid: libc::pid_t) -> Option<ExitWatch> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::FromRawFd;
+            // SAFETY: pidfd_open of our own child; the fd is owned right away.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            if fd < 0 {
+                return None; // Before Linux 5.3: the group is killed just after the reaping instead.
+            }
+            // SAFETY: a fresh fd owned by nobody else.
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) };
+            if tokio::runtime::Handle::try_current().is_err() {
+                return None;
+            }
+            // SAFETY: the OwnedFd stays open, as the same fd, for as long as the AsyncFd owns it.
+            let pidfd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+            return pidfd.ok().map(|pidfd| ExitWatch { pidfd });
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = pid;
+            None
+        }
+    }
+
+    async fn exited(&self) {
+        #[cfg(target_os = "linux")]
+        let _ = self.pidfd.readable().await;
+    }
+}
+
 struct HostControl {
     child: Child,
     /// The runner's process group (its own pid); `None` if it had already exited when spawned.
     pgid: Option<libc::pid_t>,
+    /// Where available, the runner's exit seen before it is reaped.
+    exit: Option<ExitWatch>,
     exited: Option<ExitInfo>,
     stderr_tail: StderrTail,
     /// Fills `stderr_tail`; ends once nothing holds the runner's stderr open.
     stderr_reader: Option<JoinHandle<()>>,
+    /// The run's cgroup, if any: killed with the process group, removed when dropped.
+    group: RunGroup,
     /// Dropped (removed) after the control, i.e. after the group is killed.
     _scratch: TempDir,
 }
 
 impl HostControl {
+    /// Kills the process group and the cgroup (which also holds what left the group: new sessions).
     fn kill_group(&self) {
         if let Some(pgid) = self.pgid {
             // SAFETY: plain syscall; a group that no longer exists yields ESRCH, which is fine.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
+        self.group.kill();
     }
 }
 
@@ -144,12 +338,19 @@ impl RunnerControl for HostControl {
         if let Some(info) = &self.exited {
             return info.clone();
         }
+        if let Some(exit) = &self.exit {
+            // Whatever the leader left behind in its group goes, before the leader is reaped.
+            exit.exited().await;
+            self.kill_group();
+        }
         let info = match self.child.wait().await {
             Ok(status) => exit_info(status),
             Err(e) => ExitInfo::Unknown(format!("could not wait for the runner: {e}")),
         };
-        // The leader is gone; whatever it left behind in its group goes too.
-        self.kill_group();
+        // Without an exit watch the group goes only now (its id may then be reused: unlikely, not impossible).
+        if self.exit.is_none() {
+            self.kill_group();
+        }
         self.exited = Some(info.clone());
         info
     }
@@ -157,6 +358,13 @@ impl RunnerControl for HostControl {
     async fn kill(&mut self) {
         self.start_kill();
         self.wait().await;
+        // Killed processes leave the cgroup a moment after: then it can be removed at once when dropped.
+        for _ in 0..100 {
+            if self.group.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         // With the group gone nothing should hold stderr open; once the reader reaches its end, the tail has
         // the runner's last words (a helper's reason for failing).
         if let Some(reader) = self.stderr_reader.take() {
@@ -216,7 +424,7 @@ mod tests {
     async fn a_finished_runner_s_last_stderr_words_are_in_the_tail() {
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: Duration::from_secs(10) };
         let script = "printf 'ready\\n'; printf 'first\\n' >&2; sleep 0.1; printf 'last words\\n' >&2; exit 3";
-        let runner = spawn_confined(&request, |_| ["/bin/sh", "-c", script].map(String::from).to_vec()).unwrap();
+        let runner = spawn_confined(&request, |_| ["/bin/sh", "-c", script].map(OsString::from).to_vec()).unwrap();
         let probe = runner.finish_probe(Duration::from_secs(10)).await;
         assert!(probe.completed);
         assert_eq!(probe.stdout, "ready\n");
@@ -224,10 +432,21 @@ mod tests {
         assert!(probe.stderr.ends_with("last words\n"), "{:?}", probe.stderr);
     }
 
+    #[test]
+    fn fds_are_marked_close_on_exec_without_close_range() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        // SAFETY: fcntl on an fd this test owns.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        mark_close_on_exec(fd..fd + 1);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+    }
+
     #[tokio::test]
     async fn a_probe_that_hangs_is_killed_at_its_limit() {
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: Duration::from_secs(10) };
-        let runner = spawn_confined(&request, |_| ["/bin/sh", "-c", "sleep 60"].map(String::from).to_vec()).unwrap();
+        let runner = spawn_confined(&request, |_| ["/bin/sh", "-c", "sleep 60"].map(OsString::from).to_vec()).unwrap();
         let started = std::time::Instant::now();
         let probe = runner.finish_probe(Duration::from_millis(200)).await;
         assert!(!probe.completed);

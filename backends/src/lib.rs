@@ -4,7 +4,10 @@
 //! Python, embedded in the binary) and its line protocol are the same everywhere. The server picks one
 //! backend from `execution.sandbox` with [`select`] and refuses runs while it is unavailable.
 
+#[cfg(target_os = "linux")]
+mod cgroup;
 mod docker;
+pub mod guarantees;
 mod host;
 mod kind;
 mod landlock;
@@ -179,13 +182,18 @@ pub struct BackendSettings {
     pub helper: PathBuf,
     /// `execution.docker`.
     pub docker: DockerSettings,
+    /// `execution.allow_degraded`: run programs in a sandbox that works here only with protection missing
+    /// (landlock without user namespaces); otherwise such a sandbox reports itself unavailable.
+    pub allow_degraded: bool,
 }
 
 /// Builds the backend for a configured kind. `auto` resolves to the OS's real sandbox, never to `none`.
 pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxBackend> {
     match kind.resolve_auto() {
         SandboxKind::None => Arc::new(NoneBackend::new(settings.python.clone())),
-        SandboxKind::Landlock => Arc::new(LandlockBackend::new(settings.python.clone(), settings.helper.clone())),
+        SandboxKind::Landlock => {
+            Arc::new(LandlockBackend::new(settings.python.clone(), settings.helper.clone(), settings.allow_degraded))
+        }
         SandboxKind::Seatbelt => Arc::new(SeatbeltBackend::new(settings.python.clone())),
         SandboxKind::Docker => Arc::new(DockerBackend::new(settings.docker.clone())),
         SandboxKind::Auto => unreachable!("resolve_auto never returns auto"),

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use crate::host::{runner_args, spawn_confined};
+use crate::host::{RunGroup, runner_args, spawn_confined};
 use crate::python::ResolvedPython;
 use crate::{Availability, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
 
@@ -28,7 +28,8 @@ impl SandboxBackend for NoneBackend {
             Ok(python) => Availability::Available {
                 detail: format!(
                     "NO OS ISOLATION (programs can read and write your files and use the network); empty \
-                     environment, rlimits and process-group kill only; python {} at {}",
+                     environment, rlimits and process-group kill only; {}; python {} at {}",
+                    RunGroup::describe(),
                     python.version,
                     python.executable.display()
                 ),
@@ -39,8 +40,8 @@ impl SandboxBackend for NoneBackend {
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let python = self.python.for_spawn(SandboxKind::None).await?;
-        let mut argv = vec![python.executable.display().to_string()];
-        argv.extend(runner_args());
+        let mut argv = vec![python.executable.clone().into_os_string()];
+        argv.extend(runner_args().into_iter().map(Into::into));
         spawn_confined(request, |_| argv)
     }
 }

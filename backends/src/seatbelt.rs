@@ -3,6 +3,7 @@
 //! Rendering the profile and the command line is plain code, compiled and tested on every OS; elsewhere the
 //! backend reports itself unavailable.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -14,11 +15,16 @@ use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, Sp
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
 const PROFILE_TEMPLATE: &str = include_str!("../../profiles/seatbelt.sbpl");
 const ANCESTORS_MARK: &str = "@ANCESTORS@";
+const HIDDEN_MARK: &str = "@HIDDEN@";
 
-/// The profile text for `ancestor_count` ancestor parameters (`ANCESTOR_0` …).
-pub fn render_profile(ancestor_count: usize) -> String {
-    let rules: Vec<String> = (0..ancestor_count).map(|i| format!("  (literal (param \"ANCESTOR_{i}\"))")).collect();
-    PROFILE_TEMPLATE.replace(ANCESTORS_MARK, &rules.join("\n"))
+/// The profile text for `ancestor_count` ancestor parameters (`ANCESTOR_0` …) and `hidden_count` hidden
+/// directories (`HIDDEN_0` …: installed packages, denied after the interpreter's prefix is allowed, so that
+/// programs get the standard library only, as under landlock).
+pub fn render_profile(ancestor_count: usize, hidden_count: usize) -> String {
+    let ancestors: Vec<String> = (0..ancestor_count).map(|i| format!("  (literal (param \"ANCESTOR_{i}\"))")).collect();
+    let hidden: Vec<String> =
+        (0..hidden_count).map(|i| format!("(deny file-read* (subpath (param \"HIDDEN_{i}\")))")).collect();
+    PROFILE_TEMPLATE.replace(ANCESTORS_MARK, &ancestors.join("\n")).replace(HIDDEN_MARK, &hidden.join("\n"))
 }
 
 /// Every proper ancestor of `paths` except `/`, deduplicated, in a stable order.
@@ -35,13 +41,20 @@ fn ancestors(paths: &[&Path]) -> Vec<PathBuf> {
     out
 }
 
-/// The full command line: `sandbox-exec -p <profile> -D NAME=value … <python> <args>`.
-pub fn command_line(python: &Python, scratch: &Path, args: &[String]) -> Vec<String> {
+/// The full command line: `sandbox-exec -p <profile> -D NAME=value … <python> <args>`. Paths go as they are
+/// (any bytes), never through a lossy conversion.
+pub fn command_line(python: &Python, scratch: &Path, args: &[String]) -> Vec<OsString> {
     let ancestors = ancestors(&[&python.executable, &python.base_prefix, scratch]);
-    let mut line = vec![SANDBOX_EXEC.to_string(), "-p".to_string(), render_profile(ancestors.len())];
+    let mut hidden: Vec<&PathBuf> =
+        python.site_packages.iter().filter(|dir| dir.starts_with(&python.base_prefix)).collect();
+    hidden.dedup();
+    let profile = render_profile(ancestors.len(), hidden.len());
+    let mut line: Vec<OsString> = vec![SANDBOX_EXEC.into(), "-p".into(), profile.into()];
     let mut define = |name: String, value: &Path| {
-        line.push("-D".to_string());
-        line.push(format!("{name}={}", value.display()));
+        line.push("-D".into());
+        let mut definition = OsString::from(format!("{name}="));
+        definition.push(value);
+        line.push(definition);
     };
     define("PYTHON".into(), &python.executable);
     define("PYTHON_PREFIX".into(), &python.base_prefix);
@@ -49,8 +62,11 @@ pub fn command_line(python: &Python, scratch: &Path, args: &[String]) -> Vec<Str
     for (i, ancestor) in ancestors.iter().enumerate() {
         define(format!("ANCESTOR_{i}"), ancestor);
     }
-    line.push(python.executable.display().to_string());
-    line.extend(args.iter().cloned());
+    for (i, dir) in hidden.iter().enumerate() {
+        define(format!("HIDDEN_{i}"), dir);
+    }
+    line.push(python.executable.clone().into_os_string());
+    line.extend(args.iter().map(OsString::from));
     line
 }
 
@@ -92,7 +108,9 @@ impl SandboxBackend for SeatbeltBackend {
             Ok(python) => Availability::Available {
                 detail: format!(
                     "sandbox-exec deny-by-default profile: no network, no fork, reads of the interpreter and \
-                     system libraries, writes only in scratch; python {} at {}",
+                     system libraries (installed packages hidden), writes only in scratch; inherited files \
+                     closed; no parent-death signal on macOS (the runner ends when its channel closes); python \
+                     {} at {}",
                     python.version,
                     python.executable.display()
                 ),
@@ -121,16 +139,21 @@ mod tests {
             version: "3.11".into(),
             base_prefix: "/opt/py".into(),
             stdlib: vec![],
-            site_packages: vec![],
+            site_packages: vec!["/opt/py/lib/python3.11/site-packages".into(), "/elsewhere/site-packages".into()],
             multiarch: String::new(),
         }
     }
 
     #[test]
     fn the_profile_denies_by_default_and_names_no_path_of_ours() {
-        let profile = render_profile(2);
+        let profile = render_profile(2, 1);
         assert!(profile.contains("(deny default)") && profile.contains("(deny network*)"));
         assert!(profile.contains("(literal (param \"ANCESTOR_1\"))") && !profile.contains(ANCESTORS_MARK));
+        // Installed packages: denied after the prefix that holds them is allowed (the last matching rule wins).
+        let hidden = profile.find("(deny file-read* (subpath (param \"HIDDEN_0\")))").unwrap();
+        assert!(
+            hidden > profile.find("(subpath (param \"PYTHON_PREFIX\"))").unwrap() && !profile.contains(HIDDEN_MARK)
+        );
         assert!(!profile.contains("/opt/py") && !profile.contains("/tmp"));
         assert!(!profile.contains("(allow process-fork)"));
     }
@@ -138,10 +161,11 @@ mod tests {
     #[test]
     fn paths_travel_as_parameters_with_their_ancestors() {
         let line = command_line(&python(), Path::new("/tmp/run/scratch"), &["-I".into()]);
+        let line: Vec<&str> = line.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(line[0], SANDBOX_EXEC);
         assert_eq!(line[1], "-p");
         let defines: Vec<&str> =
-            line.iter().zip(line.iter().skip(1)).filter(|(flag, _)| *flag == "-D").map(|(_, v)| v.as_str()).collect();
+            line.iter().zip(line.iter().skip(1)).filter(|(flag, _)| **flag == "-D").map(|(_, v)| *v).collect();
         assert_eq!(
             defines,
             [
@@ -153,8 +177,18 @@ mod tests {
                 "ANCESTOR_2=/opt/py/bin",
                 "ANCESTOR_3=/tmp",
                 "ANCESTOR_4=/tmp/run",
+                // Only packages inside the prefix need hiding: nothing else outside it is readable.
+                "HIDDEN_0=/opt/py/lib/python3.11/site-packages",
             ]
         );
         assert_eq!(&line[line.len() - 2..], ["/opt/py/bin/python3.11", "-I"]);
+    }
+
+    #[test]
+    fn paths_that_are_not_utf8_reach_the_command_line_unchanged() {
+        use std::os::unix::ffi::OsStrExt;
+        let scratch = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/\xff/scratch"));
+        let line = command_line(&python(), scratch, &[]);
+        assert!(line.iter().any(|a| a.as_bytes() == b"SCRATCH=/tmp/\xff/scratch"));
     }
 }

@@ -46,8 +46,12 @@ class Tables(unittest.TestCase):
             if not os.path.exists(header):
                 continue
             numbers = header_numbers(header)
+            newest = max(numbers.values())
             for name, number in ARCHES[machine].items():
                 if name in ("audit", "x32_bit") or number is None:
+                    continue
+                if name not in numbers:  # newer than these headers
+                    self.assertGreater(number, newest, f"{machine} {name} is missing from {header}")
                     continue
                 self.assertEqual(numbers.get(name), number, f"{machine} {name}")
                 checked += 1
@@ -90,6 +94,24 @@ attempt('socketpair', lambda: [s.close() for s in socket.socketpair()])
 attempt('kill parent', lambda: os.kill(os.getppid(), 0))
 attempt('kill self', lambda: os.kill(os.getpid(), 0))
 attempt('prlimit parent', lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE))
+attempt('renice my user', lambda: os.setpriority(os.PRIO_USER, 0, os.getpriority(os.PRIO_USER, 0)))
+attempt('renice myself', lambda: os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0)))
+attempt('memfd', lambda: os.close(os.memfd_create('x')))
+def send_to(address):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        a.sendto(b'x', address)
+    finally:
+        a.close(); b.close()
+attempt('sendto an address', lambda: send_to('\0ptc-confine-test'))
+def send_to_peer():
+    a, b = socket.socketpair()
+    try:
+        a.send(b'x')
+        assert b.recv(1) == b'x'
+    finally:
+        a.close(); b.close()
+attempt('send to the peer', send_to_peer)
 results = []
 thread = threading.Thread(target=lambda: results.append(sum(range(10))))
 thread.start(); thread.join()
@@ -106,7 +128,7 @@ class Installed(unittest.TestCase):
     def run_confined(self, body):
         source = f"{SOURCE}\nconfine({json.dumps(LIMITS)})\ndel confine\n{body}"
         with tempfile.TemporaryDirectory() as home:
-            env = {"HOME": home, "TMPDIR": home, "PATH": "/usr/bin:/bin", "HOSTNAME": "x"}
+            env = {"HOME": home, "TMPDIR": home, "PATH": "/usr/bin:/bin", "HOSTNAME": "x", "USER": "ptc"}
             return subprocess.run([sys.executable, "-I", "-S", "-c", source], env=env, cwd=home,
                                   capture_output=True, text=True, timeout=60)
 
@@ -114,11 +136,12 @@ class Installed(unittest.TestCase):
         done = self.run_confined(CHECKS)
         self.assertEqual(done.returncode, 0, done.stderr)
         report = json.loads(done.stdout)
-        for name in ("fork", "exec", "socket", "unix socket", "kill parent", "prlimit parent"):
+        for name in ("fork", "exec", "socket", "unix socket", "kill parent", "prlimit parent", "renice my user",
+                     "memfd", "sendto an address"):
             self.assertEqual(report[name], "EPERM", name)
-        for name in ("socketpair", "kill self", "thread"):
+        for name in ("socketpair", "kill self", "thread", "renice myself", "send to the peer"):
             self.assertEqual(report[name], "allowed", name)
-        self.assertEqual(report["env"], ["HOME", "TMPDIR"])
+        self.assertEqual(report["env"], ["HOME", "TMPDIR", "USER"])
         self.assertEqual((report["nofile"], report["as"]), (64, 1 << 30))
 
     def test_the_runner_still_starts_and_answers(self):

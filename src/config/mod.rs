@@ -163,6 +163,9 @@ pub struct ExecutionConfig {
     pub pool_size: usize,
     /// The `docker` backend: engine, image and container limits.
     pub docker: DockerSettings,
+    /// Run programs in the landlock sandbox's degraded mode (no user namespaces: programs can learn which host
+    /// files exist, and scratch is not size-limited). Off: such a machine refuses programs and says why.
+    pub allow_degraded: bool,
 }
 
 impl Default for ExecutionConfig {
@@ -180,6 +183,7 @@ impl Default for ExecutionConfig {
             limits: Limits::default(),
             pool_size: 2,
             docker: DockerSettings::default(),
+            allow_degraded: false,
         }
     }
 }
@@ -447,6 +451,9 @@ impl ExecutionConfig {
             if value == 0 {
                 return Err(format!("execution.{key}: must be at least 1"));
             }
+        }
+        if self.limits.tasks < 8 {
+            return Err("execution.limits.tasks: must be at least 8 (the interpreter and its threads)".to_string());
         }
         if self.pool_size > 64 {
             return Err(format!("execution.pool_size: at most 64 ready runners, got {}", self.pool_size));

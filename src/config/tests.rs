@@ -67,8 +67,9 @@ fn an_empty_document_gives_the_seed_defaults() {
         assert_eq!(e.tool_call_timeout_seconds, 60.0);
         assert_eq!(e.trace, TraceMode::Summary);
         assert_eq!(e.max_tool_result_bytes, 67_108_864);
-        assert_eq!(e.limits, Limits { memory_mb: 1024, scratch_mb: 256, open_files: 256, file_size_mb: 64 });
+        assert_eq!(e.limits, Limits { memory_mb: 1024, scratch_mb: 256, open_files: 256, file_size_mb: 64, tasks: 64 });
         assert_eq!(e.pool_size, 2);
+        assert!(!e.allow_degraded);
         assert_eq!(e.docker, DockerSettings::default());
         assert_eq!((e.docker.image.as_str(), e.docker.host.as_deref()), ("python:3.12-slim", None));
         assert_eq!((e.docker.memory_mb(&e.limits), e.docker.scratch_mb(&e.limits)), (1024 + 256, 256));
@@ -92,7 +93,7 @@ fn docker_keys_parse_and_override_the_limits_they_default_from() {
     assert_eq!(e.sandbox, SandboxKind::Docker);
     let d = &e.docker;
     assert_eq!((d.image.as_str(), d.host.as_deref()), ("ptc-mcp-runner:local", Some("tcp://10.0.0.5:2375")));
-    assert_eq!((d.memory_mb(&e.limits), d.pids, d.cpus, d.scratch_mb(&e.limits)), (512, 32, 1.5, 64));
+    assert_eq!((d.memory_mb(&e.limits), d.pids(&e.limits), d.cpus, d.scratch_mb(&e.limits)), (512, 32, 1.5, 64));
 }
 
 #[test]
@@ -104,6 +105,7 @@ fn errors_name_the_key_and_what_is_expected() {
         ("execution:\n  max_tool_calls: 0\n", "execution.max_tool_calls: must be at least 1"),
         ("execution:\n  timeout_seconds: 0\n", "execution.timeout_seconds: must be a number of seconds above 0"),
         ("execution:\n  limits:\n    memory_mb: 0\n", "execution.limits.memory_mb: must be at least 1"),
+        ("execution:\n  limits:\n    tasks: 4\n", "execution.limits.tasks: must be at least 8"),
         ("execution:\n  limits:\n    disk: 1\n", "execution.limits.disk: unknown field `disk`"),
         ("execution:\n  sandbox: jail\n", "execution.sandbox: unknown variant `jail`"),
         ("execution:\n  pool_size: 65\n", "execution.pool_size: at most 64 ready runners"),
@@ -293,4 +295,11 @@ fn confirm_takes_globs_and_a_timeout() {
         let err = parse(text).unwrap_err();
         assert!(err.starts_with(expected), "got {err:?}, expected {expected:?}");
     }
+}
+
+#[test]
+fn degraded_sandboxes_are_an_explicit_opt_in() {
+    assert!(parse("execution:\n  allow_degraded: true\n").unwrap().execution.allow_degraded);
+    let err = parse("execution:\n  allow_degraded: sometimes\n").unwrap_err();
+    assert!(err.starts_with("execution.allow_degraded: "), "{err}");
 }

@@ -135,3 +135,23 @@ async fn the_example_config_runs_the_seed_scenario_against_the_demo_server() {
     );
     assert!(text.contains("\n[tool calls: 3; "), "{text}");
 }
+
+/// `--check-sandbox` prints, after what is in force, what the mode it found guarantees: the README's column.
+#[apply(integration_test!)]
+async fn check_sandbox_prints_what_the_mode_guarantees() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new(binary())
+        .args(["--check-sandbox", "none"])
+        .current_dir(dir.path())
+        .env_remove("PTC_MCP_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("none: available: NO OS ISOLATION"), "{stdout}");
+    assert_eq!(lines[1], "what it guarantees here (none, README \"Sandboxes\"):");
+    assert!(lines.contains(&"  network: all your user has"), "{stdout}");
+    assert!(lines.contains(&"  scratch size: not limited (only each file's size)"), "{stdout}");
+}

@@ -27,7 +27,14 @@
 //! MemoryError or `Blocked` (a bug in the attempt, never a silent "blocked") fails the test. Attempts are harmless
 //! when they succeed: they undo what they did (remove created files, unmount, set metadata to its current value,
 //! use signal 0, attach to the server as a tracer without stopping it), and after each one the server must still
-//! run a program.
+//! run a program. Where the target is the host's (a device node, a file, a SysV segment, a socket, another
+//! process), the test also takes evidence on the host side before and after: a blocked attempt must leave it
+//! unchanged, an escape must have changed it. An attempt whose escape would reach beyond the test (renicing every
+//! process of the user) is not run under `none`, and says so.
+//!
+//! The landlock sandbox runs with namespaces, or degraded without them (`--check-sandbox landlock` says which;
+//! `PTC_TEST_LANDLOCK_MODE=namespaces|degraded` makes the other fail). Degraded mode has documented gaps (marked
+//! `degraded: escapes`): the existence of host files can be probed and scratch is not size-limited.
 
 use crate::common::*;
 
@@ -47,6 +54,23 @@ enum UnderNone {
     /// Escapes as root; for an ordinary user a sysctl decides (named in the attempt's doc), so only a run as root
     /// checks what `none` does.
     EscapesAsRootElseBySysctl,
+    /// Would escape, with effects beyond the test on the machine running it (e.g. renicing every process of the
+    /// user): not run under `none`, which prints why.
+    NotRun(&'static str),
+}
+
+/// What an attempt must do in each sandbox: blocked by every real sandbox, except the documented gaps of the
+/// landlock sandbox's degraded mode (no namespaces: the existence of host files and processes, scratch size).
+#[derive(Clone, Copy, Debug)]
+struct Expect {
+    none: UnderNone,
+    escapes_degraded_landlock: bool,
+}
+
+impl From<UnderNone> for Expect {
+    fn from(none: UnderNone) -> Expect {
+        Expect { none, escapes_degraded_landlock: false }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -127,12 +151,14 @@ def other_process(pid):
 
 
 def real_home():
-    """The home of the user we run as (HOME points at scratch), or /root when the user database is hidden."""
+    """The host home of the user we run as (HOME points at scratch), or /root when the host's user database is
+    hidden (a sandbox's own gives scratch as the home)."""
     try:
         import pwd
-        return pwd.getpwuid(os.getuid()).pw_dir
+        home = pwd.getpwuid(os.getuid()).pw_dir
     except (ImportError, KeyError, OSError):
         return '/root'
+    return '/root' if os.path.realpath(home) == os.path.realpath(os.getcwd()) else home
 
 
 def leads_to_our_files(path):
@@ -178,22 +204,29 @@ def exec_argv(what):
 "#;
 
 /// Runs one attempt in a fresh server and checks its verdict against the sandbox under test.
-async fn attempt(name: &str, under_none: UnderNone, code: &str) {
+async fn attempt(name: &str, expect: impl Into<Expect>, code: &str) -> Option<Outcome> {
     let ptc = Ptc::start(&config(&[], EXECUTION)).await;
-    attempt_in(&ptc, name, under_none, code).await;
+    attempt_in(&ptc, name, expect.into(), code).await
 }
 
-async fn attempt_in(ptc: &Ptc, name: &str, under_none: UnderNone, code: &str) {
-    let Some(()) = require_backend(ptc).await else { return };
+/// Runs one attempt and checks its verdict; `None` when it was skipped (the backend is unavailable, the attempt
+/// cannot be made here, or it is not run under `none`).
+async fn attempt_in(ptc: &Ptc, name: &str, expect: Expect, code: &str) -> Option<Outcome> {
+    require_backend(ptc).await?;
     let sandbox = sandbox_under_test();
+    if let ("none", UnderNone::NotRun(why)) = (sandbox.as_str(), expect.none) {
+        skip(&format!("{name} is not run under none: {why}"));
+        return None;
+    }
     let run = ptc.execute(&format!("{PRELUDE}\n{code}")).await;
-    let Some((outcome, detail)) = verdict(&run) else { return };
+    let (outcome, detail) = verdict(&run)?;
     eprintln!("{name} [{sandbox}]: {outcome:?}: {detail}");
     let as_root = running_as_root();
-    let expected = match (sandbox.as_str(), under_none) {
+    let expected = match (sandbox.as_str(), expect.none) {
         ("none", UnderNone::Escapes) => Outcome::Escaped,
         ("none", UnderNone::EscapesAsRoot | UnderNone::EscapesAsRootElseBySysctl) if as_root => Outcome::Escaped,
         ("none", UnderNone::EscapesAsRootElseBySysctl) => outcome,
+        ("landlock", _) if expect.escapes_degraded_landlock && landlock_is_degraded() => Outcome::Escaped,
         _ => Outcome::Blocked,
     };
     assert_eq!(
@@ -202,6 +235,54 @@ async fn attempt_in(ptc: &Ptc, name: &str, under_none: UnderNone, code: &str) {
     );
     // Whatever the attempt did (exec, tracing the server, mounting), the server still runs programs.
     assert_eq!(ptc.execute("print('still here')").await.expect_ok(), "[Script executed successfully]\nstill here");
+    Some(outcome)
+}
+
+/// Runs one attempt with evidence taken on the host, before and after: a blocked attempt must leave it as it
+/// was, and an escape must have changed it (so the evidence is known to see an escape).
+async fn attempt_with_evidence<T: PartialEq + std::fmt::Debug>(
+    name: &str,
+    expect: impl Into<Expect>,
+    code: &str,
+    evidence: impl Fn() -> T,
+) {
+    let before = evidence();
+    let outcome = attempt(name, expect, code).await;
+    let after = evidence();
+    match outcome {
+        Some(Outcome::Blocked) => assert_eq!(after, before, "{name}: blocked, but the host-side evidence changed"),
+        Some(Outcome::Escaped) => {
+            assert_ne!(after, before, "{name}: escaped, but the host-side evidence did not change")
+        }
+        None => {}
+    }
+}
+
+/// Whether the landlock sandbox runs degraded (without namespaces) here, as `--check-sandbox` reports it.
+/// `PTC_TEST_LANDLOCK_MODE` (`namespaces` or `degraded`, set by CI) makes a different mode fail the tests.
+fn landlock_is_degraded() -> bool {
+    static DEGRADED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DEGRADED.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(&config, config_text_for_check()).unwrap();
+        let output = std::process::Command::new(binary())
+            .args(["--check-sandbox", "landlock", "--config"])
+            .arg(&config)
+            .output()
+            .expect("ptc-mcp --check-sandbox runs");
+        let report = String::from_utf8_lossy(&output.stdout).lines().next().unwrap_or_default().to_string();
+        let degraded = report.contains("degraded");
+        let mode = if degraded { "degraded" } else { "namespaces" };
+        if let Ok(expected) = std::env::var("PTC_TEST_LANDLOCK_MODE") {
+            assert_eq!(mode, expected, "PTC_TEST_LANDLOCK_MODE says {expected}, but the sandbox runs: {report}");
+        }
+        degraded
+    })
+}
+
+fn config_text_for_check() -> String {
+    config(&[], EXECUTION)
 }
 
 /// The verdict a run printed (`None` for SKIPPED). An interpreter killed by a sandbox or limit is BLOCKED.
@@ -241,8 +322,17 @@ fn running_as_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// One test per attempt: `escape_attempt!(name, under none: Expectation, "python code")`.
+/// One test per attempt: `escape_attempt!(name, under none: Expectation, "python code")`; with
+/// `degraded: escapes` after the expectation, a documented gap of the landlock sandbox's degraded mode.
 macro_rules! escape_attempt {
+    ($(#[$doc:meta])* $name:ident, under none: $none:ident, degraded: escapes, $code:expr) => {
+        $(#[$doc])*
+        #[apply(integration_test!)]
+        async fn $name() {
+            let expect = Expect { none: UnderNone::$none, escapes_degraded_landlock: true };
+            attempt(stringify!($name), expect, $code).await;
+        }
+    };
     ($(#[$doc:meta])* $name:ident, under none: $none:ident, $code:expr) => {
         $(#[$doc])*
         #[apply(integration_test!)]
@@ -253,12 +343,45 @@ macro_rules! escape_attempt {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Degraded mode.
+
+/// Without user namespaces the landlock sandbox cannot hide which host files exist: the server refuses programs
+/// unless `execution.allow_degraded: true`, and says what is missing and how to opt in; so does
+/// `--check-sandbox`. Runs where the landlock sandbox is degraded.
+#[apply(integration_test!)]
+async fn degraded_mode_is_refused_without_the_opt_in() {
+    if sandbox_under_test() != "landlock" || !landlock_is_degraded() {
+        skip("degraded_mode_is_refused_without_the_opt_in needs the landlock sandbox in degraded mode");
+        return;
+    }
+    let config = format!("execution:\n  sandbox: landlock\n{EXECUTION}");
+    let ptc = Ptc::start(&config).await;
+    let text = ptc.execute("print('ran')").await.expect_error();
+    let parts = ["SandboxError: ", "degraded", "user namespaces", "which host files", "allow_degraded: true"];
+    for part in parts {
+        assert!(text.contains(part), "the refusal should say {part:?}: {text}");
+    }
+    assert!(!text.contains("ran"), "{text}");
+    let path = ptc.dir.path().join("config.yaml");
+    let output = std::process::Command::new(binary())
+        .args(["--check-sandbox", "landlock", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success() && report.contains("allow_degraded: true"), "{report}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // The file system: reads, writes and metadata outside scratch, existence probes.
 
 escape_attempt!(reading_files_outside_scratch_is_blocked, under none: Escapes, r#"
 def read(path):
-    return f'{len(open(path, "rb").read())} bytes'
-probe(read, '/etc/passwd', '/etc/hostname')
+    data = open(path, 'rb').read()
+    if not data:
+        raise Blocked(f'{path} reads empty (masked)')
+    return f'{len(data)} bytes'
+probe(read, '/etc/os-release', '/etc/hostname')
 "#);
 
 escape_attempt!(writing_into_tmp_is_blocked, under none: Escapes, r#"
@@ -272,7 +395,7 @@ probe(create_file_in, real_home())
 escape_attempt!(
     /// `stat` of host paths must fail exactly like `stat` of a path that does not exist (Landlock alone does not
     /// stop stat). Parents of the interpreter's files (e.g. /root for a pyenv in /root) are not asked about.
-    the_existence_of_host_files_cannot_be_probed, under none: Escapes, r#"
+    the_existence_of_host_files_cannot_be_probed, under none: Escapes, degraded: escapes, r#"
 def stat_result(path):
     try:
         os.stat(path)
@@ -281,7 +404,7 @@ def stat_result(path):
         return why(e)
 def existence():
     control = stat_result('/ptc-no-such-dir/no-such-file')
-    paths = ['/etc/shadow', '/etc/passwd', '/root', '/home', '/proc/1', '/var']
+    paths = ['/etc/shadow', '/etc/os-release', '/root', '/home', '/proc/1', '/var']
     paths = [p for p in paths if p != f'/proc/{os.getpid()}']  # the program itself (docker: the runner is pid 1)
     leaks = {p: r for p in paths if not leads_to_our_files(p) and (r := stat_result(p)) != control}
     if not leaks:
@@ -292,8 +415,19 @@ probe(existence)
 
 escape_attempt!(
     /// Tolerated: parents of the interpreter's files and scratch, an /etc holding only what the dynamic loader
-    /// and local time read, and a container's own /proc (no process but the program) and empty /sys.
+    /// and local time read, a user database naming only the program's own user, and files masked with /dev/null
+    /// (a container runtime's), and a container's own /proc (no process but the program) and empty /sys.
     listing_the_root_directory_shows_no_host_entries, under none: Escapes, r#"
+import stat
+def etc_is_ours(name):
+    path = os.path.join('/etc', name)
+    if name in {'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'localtime'}:
+        return True
+    if name in {'passwd', 'group'}:
+        ours = str(os.getuid() if name == 'passwd' else os.getgid())
+        return all(line.split(':')[2] == ours for line in open(path).read().splitlines())
+    st = os.stat(path)
+    return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)  # masked: /dev/null
 def list_root():
     entries = set(os.listdir('/'))
     host = entries & {'home', 'root', 'proc', 'sys', 'boot', 'var', 'srv', 'mnt', 'media', 'opt', 'run', 'snap'}
@@ -302,7 +436,7 @@ def list_root():
         host.discard('proc')  # a container's own /proc, showing no process but the program
     if 'sys' in host and not os.listdir('/sys'):
         host.discard('sys')  # masked (empty)
-    if 'etc' in entries and set(os.listdir('/etc')) - {'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'localtime'}:
+    if 'etc' in entries and not all(etc_is_ours(name) for name in os.listdir('/etc')):
         host.add('etc')
     if not host:
         raise Blocked(f'/ holds only {sorted(entries)}')
@@ -325,18 +459,23 @@ probe(list_dev)
 
 escape_attempt!(following_a_symlink_out_of_scratch_is_blocked, under none: Escapes, r#"
 def through_symlink(target):
-    os.symlink(target, 'link')
-    return f'read {len(open("link", "rb").read())} bytes through scratch/link'
-probe(through_symlink, '/etc/passwd')
+    link = 'link-' + os.path.basename(target)
+    os.symlink(target, link)
+    data = open(link, 'rb').read()
+    if not data:
+        raise Blocked(f'{target} reads empty (masked)')
+    return f'read {len(data)} bytes through scratch/{link}'
+probe(through_symlink, '/etc/os-release', '/etc/hostname')
 "#);
 
 escape_attempt!(
     /// An ordinary user is stopped by `fs.protected_hardlinks` (the file is not theirs); root is not.
     hardlinking_a_host_file_into_scratch_is_blocked, under none: EscapesAsRoot, r#"
 def hardlink(target):
-    os.link(target, 'hardlink')
-    return f'linked; read {len(open("hardlink", "rb").read())} bytes'
-probe(hardlink, '/etc/passwd')
+    link = 'hardlink-' + os.path.basename(target)
+    os.link(target, link)
+    return f'linked; read {len(open(link, "rb").read())} bytes'
+probe(hardlink, '/etc/hostname', '/etc/os-release')
 "#);
 
 escape_attempt!(moving_a_scratch_file_out_is_blocked, under none: Escapes, r#"
@@ -372,6 +511,129 @@ def setxattr(path):
     os.removexattr(path, 'user.ptc_escape_probe')
     return 'set (and removed) user.ptc_escape_probe'
 probe(setxattr, sys.executable, real_home())
+"#);
+
+/// Mode, owner, times, inode change time and extended attributes of a host path, as the host sees them.
+fn host_metadata(path: &std::path::Path) -> (u32, u32, u32, i64, i64, i64, Vec<String>) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut names = vec![0u8; 4096];
+    // SAFETY: listxattr into a buffer of the given size.
+    let len = unsafe { libc::listxattr(c_path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    names.truncate(len.max(0) as usize);
+    let xattrs =
+        names.split(|&b| b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into()).collect();
+    let mtime = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+    let ctime = meta.ctime() * 1_000_000_000 + meta.ctime_nsec();
+    (meta.mode(), meta.uid(), meta.gid(), mtime, ctime, meta.atime(), xattrs)
+}
+
+/// A Python string literal for a host path (JSON strings are Python literals).
+fn py_str(path: &std::path::Path) -> String {
+    serde_json::to_string(&path.display().to_string()).unwrap()
+}
+
+/// /dev/null is the host's own device node, bound into the sandbox: its mode, owner and times must not change
+/// (a server running as root made them changeable; any user may set the times of a file it can write). Only
+/// values it already has are written, so an escape changes nothing but the inode change time, the host-side
+/// evidence. A container's /dev/null is a node of its own (another inode), not the host's: changing it is no
+/// escape. Writing to the device must still work (`devices_still_work`).
+#[apply(integration_test!)]
+async fn changing_the_metadata_of_dev_null_is_blocked() {
+    use std::os::unix::fs::MetadataExt;
+    let dev_null = std::path::Path::new("/dev/null");
+    let host = std::fs::metadata(dev_null).unwrap();
+    let code = format!(
+        r#"
+st = os.stat('/dev/null')
+if (st.st_dev, st.st_ino) != ({dev}, {ino}):
+    raise SystemExit(print('BLOCKED: /dev/null here is not the host\'s node'))
+CHANGES = {{
+    'chmod': lambda: os.chmod('/dev/null', st.st_mode & 0o7777),
+    'chown': lambda: os.chown('/dev/null', st.st_uid, st.st_gid),
+    'utime to now': lambda: os.utime('/dev/null'),
+    'utime': lambda: os.utime('/dev/null', ns=(st.st_atime_ns, st.st_mtime_ns)),
+}}
+def change(what):
+    CHANGES[what]()
+    return f'{{what}} of /dev/null succeeded'
+probe(change, *CHANGES)
+"#,
+        dev = host.dev(),
+        ino = host.ino()
+    );
+    attempt_with_evidence("changing_the_metadata_of_dev_null_is_blocked", UnderNone::Escapes, &code, || {
+        host_metadata(dev_null)
+    })
+    .await;
+}
+
+/// A file of the user the server runs as, outside scratch, whose mode, times and extended attributes the
+/// program tries to change, by path and through an O_PATH descriptor, with the old calls and the newest ones
+/// (fchmodat2, setxattrat). Landlock does not cover metadata: without namespaces only seccomp can refuse.
+#[apply(integration_test!)]
+async fn changing_the_metadata_of_the_users_own_files_is_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("own-file");
+    std::fs::write(&file, "mine").unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let code = format!(
+        r#"
+import struct
+TARGET = {target}
+AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+def path_fd():
+    return os.open(TARGET, os.O_PATH)
+value = ctypes.create_string_buffer(b'1')
+xattr_args = ctypes.create_string_buffer(struct.pack('QII', ctypes.addressof(value), 1, 0))
+epoch = ctypes.create_string_buffer(32)  # two zeroed struct timespec
+CHANGES = {{
+    'chmod': lambda: os.chmod(TARGET, 0o644),
+    'fchmodat2': lambda: syscall(452, AT_FDCWD, TARGET.encode(), 0o644, 0),
+    'fchmodat2 on an O_PATH fd': lambda: syscall(452, path_fd(), b'', 0o644, AT_EMPTY_PATH),
+    'utime': lambda: os.utime(TARGET, (0, 0)),
+    'utimensat on an O_PATH fd': lambda: syscall(280, path_fd(), b'', epoch, AT_EMPTY_PATH),
+    'chown to our own ids': lambda: os.chown(TARGET, os.getuid(), os.getgid()),
+    'setxattr': lambda: os.setxattr(TARGET, 'user.ptc_escape_probe', b'1'),
+    'setxattrat': lambda: syscall(463, AT_FDCWD, TARGET.encode(), 0, b'user.ptc_escape_probe', xattr_args, 16),
+}}
+def change(what):
+    CHANGES[what]()
+    return f'{{what}} of {{TARGET}} succeeded'
+probe(change, *CHANGES)
+"#,
+        target = py_str(&file)
+    );
+    attempt_with_evidence("changing_the_metadata_of_the_users_own_files_is_blocked", UnderNone::Escapes, &code, || {
+        host_metadata(&file)
+    })
+    .await;
+}
+
+escape_attempt!(
+    /// With namespaces the mount table is the sandbox's own; without, the host's. Either way programs have no
+    /// use for it. Assumes Linux 6.8+ (listmount and statmount) where `none` is checked.
+    listing_the_mount_table_is_blocked, under none: Escapes, r#"
+import struct
+LSMT_ROOT = 0xFFFFFFFFFFFFFFFF
+def listmount():
+    request = ctypes.create_string_buffer(struct.pack('IIQQQ', 32, 0, LSMT_ROOT, 0, 0))  # struct mnt_id_req
+    ids = (ctypes.c_uint64 * 512)()
+    count = syscall(458, request, ids, 512, 0)
+    return f'{count} mounts listed'
+def statmount():
+    stx = ctypes.create_string_buffer(256)
+    syscall(332, -100, b'/', 0, 0x4000, stx)  # statx(STATX_MNT_ID_UNIQUE) of /
+    mount_id = struct.unpack_from('Q', stx, 0x90)[0]
+    request = ctypes.create_string_buffer(struct.pack('IIQQ', 24, 0, mount_id, 1))  # STATMOUNT_SB_BASIC
+    answer = ctypes.create_string_buffer(4096)
+    syscall(457, request, answer, 4096, 0)
+    return f'statmount of mount {mount_id} answered'
+CALLS = {'listmount': listmount, 'statmount': statmount}
+def mount_table(call):
+    return CALLS[call]()
+probe(mount_table, *CALLS, strict=True)
 "#);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -507,6 +769,51 @@ def socket_syscall():
 probe(socket_syscall, strict=True)
 "#);
 
+/// A datagram socketpair is allowed (asyncio), and on a datagram socket `sendto`, `connect` and `sendmsg` can
+/// name any other socket: the test binds two host sockets of its own (a path in a directory of the server's
+/// user, and an abstract name) and counts what reaches them.
+#[apply(integration_test!)]
+async fn reaching_a_host_unix_socket_from_a_socketpair_is_blocked() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.sock");
+    let by_path = UnixDatagram::bind(&path).unwrap();
+    let name = format!("ptc-escape-probe-{}", fastrand::u64(..));
+    let by_name = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    for socket in [&by_path, &by_name] {
+        socket.set_nonblocking(true).unwrap();
+    }
+    let code = format!(
+        r#"
+import socket
+TARGETS = {{'path': {path}, 'abstract name': b'\0' + {name}.encode()}}
+def send(how):
+    method, kind = how.split(' to ')
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    target = TARGETS[kind]
+    if method == 'sendto':
+        a.sendto(b'escaped', target)
+    elif method == 'connect':
+        a.connect(target)
+        a.send(b'escaped')
+    else:
+        a.sendmsg([b'escaped'], [], 0, target)
+    return f'{{how}}: a datagram went to the host socket'
+probe(send, *[f'{{m}} to {{k}}' for m in ('sendto', 'connect', 'sendmsg') for k in TARGETS])
+"#,
+        path = py_str(&path),
+        name = serde_json::to_string(&name).unwrap()
+    );
+    // Datagrams received since the last look (none before the attempt).
+    let received = || {
+        let mut buf = [0u8; 64];
+        [&by_path, &by_name].iter().map(|s| std::iter::from_fn(|| s.recv(&mut buf).ok()).count()).sum::<usize>()
+    };
+    let name = "reaching_a_host_unix_socket_from_a_socketpair_is_blocked";
+    attempt_with_evidence(name, UnderNone::Escapes, &code, received).await;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Other processes: signals, ptrace, rlimits, /proc. Under `none` the runner's parent is the server itself.
 
@@ -588,6 +895,88 @@ def process_vm_readv(pid):
     return f'read {buffer.raw[:count]!r} at {address:#x}'
 probe(process_vm_readv, os.getppid(), strict=True)
 "#);
+
+/// A host process of the test's own, killed when dropped.
+struct HostProcess(std::process::Child);
+
+impl HostProcess {
+    /// `sleep` in its own process group, as the user running the tests (the server's user).
+    fn sleeping() -> HostProcess {
+        use std::os::unix::process::CommandExt;
+        HostProcess(std::process::Command::new("sleep").arg("120").process_group(0).spawn().unwrap())
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// With a pid namespace no other process can be named: a host process of the server's user (alive throughout) must
+/// look like a pid that does not exist to every call that takes a pid and needs no permission over it. Degraded
+/// mode has no pid namespace (documented: `stat('/proc/<pid>')` tells the same).
+#[apply(integration_test!)]
+async fn host_processes_cannot_be_found_by_pid() {
+    let host = HostProcess::sleeping();
+    let code = format!(
+        r#"
+import struct
+PID = {pid}
+def capget():
+    header = (ctypes.c_uint32 * 2)(0x20080522, PID)
+    syscall(125, header, (ctypes.c_uint32 * 6)())
+CALLS = {{
+    'getpgid': lambda: os.getpgid(PID),
+    'getsid': lambda: os.getsid(PID),
+    'getpriority': lambda: os.getpriority(os.PRIO_PROCESS, PID),
+    'sched_getscheduler': lambda: os.sched_getscheduler(PID),
+    'sched_getaffinity': lambda: os.sched_getaffinity(PID),
+    'capget': capget,
+}}
+def find(call):
+    CALLS[call]()
+    return f'{{call}}({{PID}}) found the host process'
+probe(find, *CALLS)
+"#,
+        pid = host.pid()
+    );
+    let expect = Expect { none: UnderNone::Escapes, escapes_degraded_landlock: true };
+    attempt("host_processes_cannot_be_found_by_pid", expect, &code).await;
+    assert!(is_running(host.pid()), "the host process must stay alive for the attempt to mean something");
+}
+
+/// setpriority and ioprio_set aimed at the caller's own user or process group (id 0) reach every process of the
+/// user, or of the group, that the caller can see; seccomp used to check only the id. Host evidence: the nice
+/// value and I/O priority of a host process of the server's user.
+#[apply(integration_test!)]
+async fn renicing_other_processes_is_blocked() {
+    let host = HostProcess::sleeping();
+    let pid = host.pid();
+    // SAFETY: plain syscalls reading another process's priorities.
+    let priorities = || unsafe {
+        (libc::getpriority(libc::PRIO_PROCESS, pid as libc::id_t), libc::syscall(libc::SYS_ioprio_get, 1, pid))
+    };
+    let code = r#"
+def renice(what):
+    call, kind = what.split()
+    if call == 'setpriority':
+        which = getattr(os, kind)
+        os.setpriority(which, 0, min(os.getpriority(which, 0) + 1, 19))
+    else:
+        syscall(251, {'IOPRIO_WHO_USER': 3, 'IOPRIO_WHO_PGRP': 2}[kind], 0, 2 << 13 | 7)  # best effort, lowest
+    return f'{what} of id 0 (our user, our group) succeeded'
+probe(renice, 'setpriority PRIO_USER', 'ioprio_set IOPRIO_WHO_USER', 'setpriority PRIO_PGRP',
+      'ioprio_set IOPRIO_WHO_PGRP')
+"#;
+    let none = UnderNone::NotRun("it would renice every process of the user running the tests");
+    attempt_with_evidence("renicing_other_processes_is_blocked", none, code, priorities).await;
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Kernel interfaces the policy shuts off. Each call has valid arguments, so that success is real.
@@ -689,6 +1078,187 @@ def mount_tmpfs():
 probe(mount_tmpfs, strict=True)
 "#);
 
+/// A SysV shared memory segment of the host's, removed when dropped.
+struct HostSegment(i32);
+
+impl HostSegment {
+    fn holding(data: &[u8]) -> HostSegment {
+        // SAFETY: shmget/shmat/shmdt of a fresh private segment, written within its size.
+        unsafe {
+            let id = libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600);
+            assert!(id >= 0, "shmget: {}", std::io::Error::last_os_error());
+            let address = libc::shmat(id, std::ptr::null(), 0);
+            assert_ne!(address as isize, -1, "shmat: {}", std::io::Error::last_os_error());
+            std::ptr::copy_nonoverlapping(data.as_ptr(), address.cast(), data.len().min(4096));
+            libc::shmdt(address);
+            HostSegment(id)
+        }
+    }
+
+    /// Who attached it last, how many are attached, when it was last attached.
+    fn attachments(&self) -> (i32, u64, i64) {
+        // SAFETY: IPC_STAT into a zeroed struct.
+        let mut stat: libc::shmid_ds = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::shmctl(self.0, libc::IPC_STAT, &mut stat) }, 0);
+        (stat.shm_lpid, stat.shm_nattch, stat.shm_atime)
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        // SAFETY: removes the segment created above.
+        unsafe { libc::shmctl(self.0, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
+}
+
+/// A SysV shared memory segment the test creates on the host, holding a secret: the program knows its id (ids are
+/// small and guessable) and tries to attach it and read the secret. Host evidence: the segment's last attach.
+#[apply(integration_test!)]
+async fn attaching_a_host_sysv_segment_is_blocked() {
+    let segment = HostSegment::holding(b"ptc-host-secret");
+    let code = format!(
+        r#"
+def attach(shmid):
+    address = syscall(30, shmid, None, 0o10000)  # shmat(id, NULL, SHM_RDONLY)
+    data = ctypes.string_at(address, 15)
+    syscall(67, address)  # shmdt
+    return f'read {{data!r}} from the host segment {{shmid}}'
+probe(attach, {id})
+"#,
+        id = segment.0
+    );
+    attempt_with_evidence("attaching_a_host_sysv_segment_is_blocked", UnderNone::Escapes, &code, || {
+        segment.attachments()
+    })
+    .await;
+}
+
+/// A POSIX message queue of the host's, removed when dropped.
+struct HostQueue {
+    name: std::ffi::CString,
+    queue: libc::mqd_t,
+}
+
+impl HostQueue {
+    fn create() -> HostQueue {
+        let name = std::ffi::CString::new(format!("/ptc-escape-probe-{}", fastrand::u64(..))).unwrap();
+        // SAFETY: mq_open of a new queue with default attributes.
+        let queue = unsafe {
+            libc::mq_open(name.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600, std::ptr::null::<u8>())
+        };
+        assert!(queue >= 0, "mq_open: {}", std::io::Error::last_os_error());
+        HostQueue { name, queue }
+    }
+
+    fn messages(&self) -> i64 {
+        // SAFETY: mq_getattr into a zeroed struct.
+        let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::mq_getattr(self.queue, &mut attr) }, 0);
+        attr.mq_curmsgs
+    }
+}
+
+impl Drop for HostQueue {
+    fn drop(&mut self) {
+        // SAFETY: closes and removes the queue created above.
+        unsafe {
+            libc::mq_close(self.queue);
+            libc::mq_unlink(self.name.as_ptr());
+        }
+    }
+}
+
+/// A POSIX message queue the test creates on the host: the program tries to open it by name and send to it.
+/// Host evidence: the number of messages in the queue.
+#[apply(integration_test!)]
+async fn sending_to_a_host_message_queue_is_blocked() {
+    let queue = HostQueue::create();
+    let name = queue.name.to_str().unwrap().trim_start_matches('/').to_string();
+    let code = format!(
+        r#"
+def send(name):
+    fd = syscall(240, name.encode(), os.O_WRONLY, 0, None)  # mq_open
+    syscall(242, fd, b'escaped', 7, 0, None)  # mq_timedsend
+    return f'sent a message to the host queue {{name}}'
+probe(send, {name})
+"#,
+        name = serde_json::to_string(&name).unwrap()
+    );
+    attempt_with_evidence("sending_to_a_host_message_queue_is_blocked", UnderNone::Escapes, &code, || queue.messages())
+        .await;
+}
+
+/// inotify instances count against a per-user quota (fs.inotify.max_user_instances) shared with every process of
+/// the same user outside the sandbox, also across user namespaces and containers: the program takes all it can and
+/// holds them for a few seconds while the test, as the same user, keeps trying to get one. fanotify too.
+#[apply(integration_test!)]
+async fn exhausting_the_users_inotify_instances_is_blocked() {
+    let code = r#"
+import time
+def hold_inotify_instances():
+    held = []
+    try:
+        while len(held) < 200:
+            held.append(syscall(294, 0o2000000))  # inotify_init1(IN_CLOEXEC)
+    except OSError:
+        if not held:
+            raise
+    time.sleep(4)  # while the host side tries to get one
+    return f'held {len(held)} inotify instances for 4 s'
+def fanotify_init():
+    fd = syscall(300, 0x200, os.O_RDONLY)  # FAN_CLASS_NOTIF | FAN_REPORT_FID: allowed without privileges
+    return f'fanotify fd {fd}'
+CALLS = {'inotify': hold_inotify_instances, 'fanotify': fanotify_init}
+def watch(kind):
+    return CALLS[kind]()
+probe(watch, *CALLS, strict=True)
+"#;
+    let name = "exhausting_the_users_inotify_instances_is_blocked";
+    let ptc = Ptc::start(&config(&[], EXECUTION)).await;
+    let none = UnderNone::NotRun("it would take every inotify instance of the user running the tests");
+    // The host side runs as the user the program runs as on the host: the quota is that user's.
+    let mut watcher = std::process::Command::new("python3");
+    watcher.args(["-I", "-S", "-c", INOTIFY_WATCHER]).stdout(std::process::Stdio::piped());
+    if let Some(uid) = programs_host_uid() {
+        use std::os::unix::process::CommandExt;
+        watcher.uid(uid).gid(uid);
+    }
+    let mut watcher = HostProcess(watcher.spawn().unwrap());
+    let outcome = attempt_in(&ptc, name, none.into(), code).await;
+    let _ = watcher.0.kill();
+    let mut seen = String::new();
+    std::io::Read::read_to_string(watcher.0.stdout.as_mut().unwrap(), &mut seen).unwrap();
+    let starved = seen.contains("starved");
+    match outcome {
+        Some(Outcome::Blocked) => assert!(!starved, "{name}: blocked, yet the host side could not get an instance"),
+        Some(Outcome::Escaped) => assert!(starved, "{name}: escaped, yet the host side always got an instance"),
+        None => {}
+    }
+}
+
+/// Tries to get an inotify instance every 20 ms, for up to a minute, and says when it cannot.
+const INOTIFY_WATCHER: &str = r#"
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    fd = libc.inotify_init1(0o2000000)
+    if fd >= 0:
+        os.close(fd)
+    elif ctypes.get_errno() == 24:  # EMFILE: the user's instances are all taken
+        print('starved', flush=True)
+        break
+    time.sleep(0.02)
+"#;
+
+/// The host uid programs of the sandbox under test run as, when it is not this process's: a root server's
+/// landlock programs and docker's run as 65534.
+fn programs_host_uid() -> Option<u32> {
+    let sandbox = sandbox_under_test();
+    let remapped = sandbox == "docker" || (sandbox == "landlock" && !landlock_is_degraded());
+    (running_as_root() && remapped).then_some(65534)
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Privileges and what the process inherited.
 
@@ -732,7 +1302,7 @@ async fn no_fds_are_inherited_beyond_the_runners_own() {
     let ptc = Ptc::start(&config(&[], EXECUTION)).await;
     // SAFETY: closes the fd opened above.
     unsafe { libc::close(planted) };
-    attempt_in(&ptc, "no_fds_are_inherited_beyond_the_runners_own", UnderNone::Blocked, FOREIGN_FDS).await;
+    attempt_in(&ptc, "no_fds_are_inherited_beyond_the_runners_own", UnderNone::Blocked.into(), FOREIGN_FDS).await;
 }
 
 const FOREIGN_FDS: &str = r#"
@@ -804,9 +1374,102 @@ escape_attempt!(
 
 escape_attempt!(
     /// 32 MiB files stay under the file-size rlimit: `none` does not limit scratch in total.
-    filling_the_disk_with_many_files_is_stopped, under none: Escapes,
+    filling_the_disk_with_many_files_is_stopped, under none: Escapes, degraded: escapes,
     &format!("{FILL_SCRATCH}probe(fill_scratch, 32)")
 );
+
+/// 20,000 threads at once, with small stacks so that no memory limit stops them first (one run held that many
+/// before, on a machine with pid_max 32768): a run gets at most `limits.tasks` (64) threads and processes. In
+/// degraded landlock RLIMIT_NPROC counts every task of the user, so a run's share moves with the user's other
+/// tasks (documented): there it must stay within 4 × 64. Not run under `none`, where root's tasks are not bounded
+/// (the kernel exempts root from RLIMIT_NPROC).
+#[apply(integration_test!)]
+async fn twenty_thousand_threads_are_refused() {
+    let degraded = sandbox_under_test() == "landlock" && landlock_is_degraded();
+    let code = format!("LIMIT = {}\n{THREADS}", if degraded { 4 * 64 } else { 64 });
+    let ptc = Ptc::start(&config(&[], EXECUTION)).await;
+    let name = "twenty_thousand_threads_are_refused";
+    let none = UnderNone::NotRun(
+        "as root nothing bounds the tasks of a run under none: it would take most of the machine's pids",
+    );
+    attempt_in(&ptc, name, none.into(), &code).await;
+    // The server answers other requests as before.
+    let (_, problems) = ptc.list_callable_tools().await;
+    assert_eq!(problems, None);
+}
+
+const THREADS: &str = r#"
+import threading
+def start_threads():
+    threading.stack_size(64 << 10)
+    stop, threads = threading.Event(), []
+    try:
+        for _ in range(20_000):
+            thread = threading.Thread(target=stop.wait)
+            thread.start()
+            threads.append(thread)
+    except (RuntimeError, MemoryError) as e:
+        error = e
+    else:
+        error = None
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    if len(threads) <= LIMIT:
+        raise Blocked(f'{len(threads)} threads, then {error}')
+    return f'{len(threads)} threads at once' + (f', then {error}' if error else '')
+probe(start_threads)
+"#;
+
+/// Memory a program could hold beside its private memory, 512 MiB of each under `memory_mb: 256`: memfds and SysV
+/// shared memory, in 64 MiB pieces written and left unmapped (no address-space limit counts them; freed at the
+/// end), and shared anonymous memory and a shared mapping of /dev/zero, touched page by page. (Scratch files are
+/// memory too where scratch is a tmpfs; `scratch_mb` bounds them.)
+#[apply(integration_test!)]
+async fn memory_outside_the_limit_cannot_be_held() {
+    let code = r#"
+import mmap
+PIECE, PIECES = 64 << 20, 8
+def memfd():
+    fds, chunk = [], b'x' * (1 << 20)
+    try:
+        for _ in range(PIECES):
+            fds.append(os.memfd_create('hoard'))
+            for _ in range(PIECE // len(chunk)):
+                os.write(fds[-1], chunk)
+    finally:
+        for fd in fds:
+            os.close(fd)
+def sysv():
+    ids = []
+    try:
+        for _ in range(PIECES):
+            ids.append(syscall(29, 0, PIECE, 0o1000 | 0o600))  # shmget(IPC_PRIVATE, IPC_CREAT | 0600)
+            address = syscall(30, ids[-1], None, 0)
+            ctypes.memset(address, 1, PIECE)
+            syscall(67, address)  # shmdt: the segment stays
+    finally:
+        for shmid in ids:
+            syscall(31, shmid, 0, None)  # IPC_RMID
+def touch(buffer):
+    for offset in range(0, len(buffer), 4096):
+        buffer[offset] = 1
+def shared_anonymous():
+    touch(mmap.mmap(-1, PIECE * PIECES, mmap.MAP_SHARED))
+def dev_zero():
+    with open('/dev/zero', 'r+b') as f:
+        touch(mmap.mmap(f.fileno(), PIECE * PIECES, mmap.MAP_SHARED))
+HOARDS = {'memfd': memfd, 'SysV': sysv, 'shared anonymous': shared_anonymous, '/dev/zero': dev_zero}
+def hoard(kind):
+    HOARDS[kind]()
+    return f'held {PIECE * PIECES >> 20} MiB of {kind} memory with memory_mb 256'
+probe(hoard, *HOARDS)
+"#;
+    let execution = format!("{EXECUTION}  limits:\n    memory_mb: 256\n");
+    let ptc = Ptc::start(&config(&[], &execution)).await;
+    attempt_in(&ptc, "memory_outside_the_limit_cannot_be_held", UnderNone::Escapes.into(), code).await;
+}
 
 #[apply(integration_test!)]
 async fn an_output_flood_is_cut_at_max_output_bytes_and_the_server_stays_usable() {
@@ -928,6 +1591,79 @@ print(sorted(os.listdir('.')))
 "#,
     "hello ['a.txt'] 5\ntemp True\n['b.txt', 'sub']"
 );
+
+still_works!(
+    devices_still_work,
+    r#"
+with open('/dev/null', 'w') as f:
+    print(f.write('discarded'))
+print(open('/dev/null', 'rb').read(), open('/dev/zero', 'rb').read(4), len(open('/dev/urandom', 'rb').read(4)))
+"#,
+    "9\nb'' b'\\x00\\x00\\x00\\x00' 4"
+);
+
+/// `shutil.copy` sets the copy's mode and `copy2` its times as well: metadata changes in scratch work, except in
+/// the landlock sandbox's degraded mode, where they are denied everywhere (documented: `shutil.copyfile` works).
+#[apply(integration_test!)]
+async fn copying_files_with_shutil_still_works() {
+    let code = r#"
+import os, shutil
+with open('a', 'w') as f:
+    f.write('x')
+shutil.copyfile('a', 'plain')
+print(open('plain').read())
+try:
+    os.chmod('a', 0o640)
+    shutil.copy('a', 'b')
+    shutil.copy2('a', 'c')
+    print(oct(os.stat('b').st_mode & 0o777), os.stat('c').st_mtime_ns == os.stat('a').st_mtime_ns)
+except PermissionError as e:
+    print('metadata changes denied:', e.strerror)
+"#;
+    let degraded = sandbox_under_test() == "landlock" && landlock_is_degraded();
+    let expected = if degraded { "x\nmetadata changes denied: Operation not permitted" } else { "x\n0o640 True" };
+    works(false, code, expected).await;
+}
+
+/// `getpass.getuser()` and `pwd.getpwuid(os.getuid())` find the program's user: a user database of the sandbox's
+/// own (landlock with namespaces, docker) or the host's (`none`). Degraded landlock cannot read the host's, so
+/// only `getpass` works there (through `LOGNAME`).
+#[apply(integration_test!)]
+async fn the_programs_user_has_a_name() {
+    let code = r#"
+import getpass, os
+name = getpass.getuser()
+print(bool(name), name == os.environ.get('LOGNAME', name))
+try:
+    import pwd
+    entry = pwd.getpwuid(os.getuid())
+    print(entry.pw_name == name, entry.pw_uid == os.getuid())
+except KeyError:
+    print('no user database entry')
+"#;
+    let degraded = sandbox_under_test() == "landlock" && landlock_is_degraded();
+    let expected = if degraded { "True True\nno user database entry" } else { "True True\nTrue True" };
+    works(false, code, expected).await;
+}
+
+/// The memory limit counts memory, not address space: after a 16-thread pool (each thread once had a malloc
+/// arena and a stack reserved) a program can still allocate and touch 600 MiB under `memory_mb: 1024`.
+#[apply(integration_test!)]
+async fn a_program_that_ran_a_thread_pool_can_still_allocate_most_of_its_memory() {
+    let code = r#"
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(16) as pool:
+    sizes = list(pool.map(lambda i: len(bytearray(1 << 20)) * i, range(64)))
+block = bytearray(600 << 20)
+for offset in range(0, len(block), 4096):
+    block[offset] = 1
+print(len(sizes), len(block) >> 20, 'MiB')
+"#;
+    let servers: Vec<String> = vec![];
+    let ptc = Ptc::start(&config(&servers, &format!("{EXECUTION}  limits:\n    memory_mb: 1024\n"))).await;
+    let Some(()) = require_backend(&ptc).await else { return };
+    assert_eq!(ptc.execute(code).await.expect_ok(), "[Script executed successfully]\n64 600 MiB");
+}
 
 still_works!(
     urandom_still_works,

@@ -3,15 +3,20 @@
 The container already has no network, a read-only root, no capabilities, no_new_privs, a non-root user,
 cgroup limits and Docker's own seccomp profile. What a container cannot express is added here, in the
 interpreter itself before any program exists (single-threaded: the runner starts its threads later):
-* an empty environment: Docker always sets PATH and HOSTNAME; only HOME and TMPDIR stay;
+* an empty environment: Docker always sets PATH and HOSTNAME; only HOME, TMPDIR, LOGNAME and USER stay;
+* a user database for the runner's user where /etc is the container's own (an empty tmpfs hiding the
+  image's), so that `getpass` and `pwd` find it; an image's own /etc is left as it is;
 * rlimits (address space, CPU time, file size, open files, no core dumps), the same as the host backends
   (Docker's ulimits cannot carry the address-space limit: it would apply to the runtime's own start-up);
 * a seccomp-bpf filter stacked on Docker's profile, the same deny list as the landlock backend: no sockets
-  (socketpair for AF_UNIX only, which asyncio needs), no new processes (fork, vfork, clone without
-  CLONE_THREAD; clone3 fails with ENOSYS so the C library falls back to clone), no exec at all (the
+  (socketpair for AF_UNIX only, which asyncio needs) and no socket call that takes an address (connect,
+  bind, sendto with one, sendmsg, sendmmsg), no new processes (fork, vfork, clone without CLONE_THREAD;
+  clone3 fails with ENOSYS so the C library falls back to clone; no setsid or setpgid), no exec at all (the
   interpreter already runs), no io_uring, keys, bpf, perf, userfaultfd, ptrace, cross-process memory,
-  namespaces or mounts, and signals, rlimits, priorities and pidfds only at this process. Another
-  architecture's syscall entry point kills the process.
+  namespaces, mounts or the mount table, no SysV IPC, POSIX message queues or memfds, no inotify or
+  fanotify (their per-user quotas are shared with the host's user of the same uid), and signals, rlimits,
+  priorities, scheduling and pidfds only at this process. Another architecture's syscall entry point kills
+  the process.
 Any failure ends the process before the runner starts (exit status 70, the reason on stderr): it never runs a
 program unconfined. Stdlib only (ctypes); `confine(limits)` is called by the line after this source.
 """
@@ -35,8 +40,10 @@ def confine(limits):
         fail(f"the image's Python lacks a standard module: {e}")
 
     for name in list(os.environ):
-        if name not in ("HOME", "TMPDIR"):
+        if name not in ("HOME", "TMPDIR", "LOGNAME", "USER"):
             del os.environ[name]
+
+    user_database(os.environ.get("USER", "ptc"), os.environ.get("HOME", "/"))
 
     for name, value in limits.items():
         try:
@@ -73,6 +80,26 @@ def confine(limits):
         fail(f"seccomp(SECCOMP_SET_MODE_FILTER): {errno.errorcode.get(code, code)} {os.strerror(code)}")
 
 
+def user_database(name, home):
+    """/etc/passwd and /etc/group entries for this process's user where /etc is the container's own tmpfs: empty
+    but for the files Docker adds. Any other /etc (the image's, or a host's) is left alone."""
+    import os
+    try:
+        if set(os.listdir("/etc")) - {"hostname", "hosts", "resolv.conf"}:
+            return
+    except OSError:
+        return
+    uid, gid = os.getuid(), os.getgid()
+    entries = {"/etc/passwd": f"{name}:x:{uid}:{gid}:ptc-mcp sandbox:{home}:/nonexistent\n",
+               "/etc/group": f"{name}:x:{gid}:\n"}
+    for path, entry in entries.items():
+        try:
+            with open(path, "x") as f:
+                f.write(entry)
+        except OSError:
+            pass
+
+
 # Per architecture: the audit arch value, the x32 bit (x86_64 only) and syscall numbers.
 ARCHES = {
     "x86_64": {
@@ -90,6 +117,13 @@ ARCHES = {
         "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "prlimit64": 302, "setpriority": 141,
         "sched_setaffinity": 203, "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314,
         "pidfd_open": 434, "move_pages": 279, "migrate_pages": 256, "ioprio_set": 251,
+        "connect": 42, "bind": 49, "sendto": 44, "sendmsg": 46, "sendmmsg": 307, "setsid": 112, "setpgid": 109,
+        "open_tree_attr": 467, "statmount": 457, "listmount": 458, "quotactl_fd": 443, "uselib": 134,
+        "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+        "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
+        "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+        "memfd_create": 319, "memfd_secret": 447, "inotify_init": 253, "inotify_init1": 294,
+        "inotify_add_watch": 254, "inotify_rm_watch": 255, "fanotify_init": 300, "fanotify_mark": 301,
     },
     "aarch64": {
         "audit": 0xC00000B7, "x32_bit": None, "seccomp": 277,
@@ -106,43 +140,58 @@ ARCHES = {
         "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "prlimit64": 261, "setpriority": 140,
         "sched_setaffinity": 122, "sched_setparam": 118, "sched_setscheduler": 119, "sched_setattr": 274,
         "pidfd_open": 434, "move_pages": 239, "migrate_pages": 238, "ioprio_set": 30,
+        "connect": 203, "bind": 200, "sendto": 206, "sendmsg": 211, "sendmmsg": 269, "setsid": 157,
+        "setpgid": 154, "open_tree_attr": 467, "statmount": 457, "listmount": 458, "quotactl_fd": 443,
+        "uselib": None, "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190, "semop": 193,
+        "semctl": 191, "semtimedop": 192, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187,
+        "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
+        "mq_getsetattr": 185, "memfd_create": 279, "memfd_secret": 447, "inotify_init": None,
+        "inotify_init1": 26, "inotify_add_watch": 27, "inotify_rm_watch": 28, "fanotify_init": 262,
+        "fanotify_mark": 263,
     },
 }
 ARCHES["arm64"] = ARCHES["aarch64"]
 
 # Denied with EPERM whatever the arguments.
 ALWAYS = [
-    "socket", "fork", "vfork", "execve", "execveat",
-    "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "bpf",
+    "socket", "connect", "bind", "sendmsg", "sendmmsg", "fork", "vfork", "execve", "execveat", "setsid",
+    "setpgid", "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "bpf",
     "perf_event_open", "userfaultfd", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
     "pidfd_send_signal", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree",
-    "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "name_to_handle_at",
-    "open_by_handle_at", "reboot", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-    "delete_module", "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup", "tkill",
+    "open_tree_attr", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "statmount",
+    "listmount", "name_to_handle_at", "open_by_handle_at", "reboot", "kexec_load", "kexec_file_load",
+    "init_module", "finit_module", "delete_module", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd",
+    "syslog", "vhangup", "tkill", "uselib",
+    "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv",
+    "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+    "memfd_create", "memfd_secret",
+    "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "fanotify_init", "fanotify_mark",
 ]
 AF_UNIX = 1
 CLONE_THREAD = 0x10000
+PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
 
 
 def unless_arg_in(pid):
-    """Denied with EPERM unless (the low 32 bits of) an argument is one of the values: name -> (arg, values).
-    The kernel reads these arguments as 32-bit ints, so the low word decides."""
+    """Denied with EPERM unless (the low 32 bits of) each listed argument is one of its values:
+    name -> [(arg, values), ...]. The kernel reads these arguments as 32-bit ints, so the low word decides."""
     return {
-        "socketpair": (0, [AF_UNIX]),
-        "kill": (0, [pid, 0]),
-        "tgkill": (0, [pid]),
-        "rt_sigqueueinfo": (0, [pid]),
-        "rt_tgsigqueueinfo": (0, [pid]),
-        "prlimit64": (0, [pid, 0]),
-        "setpriority": (1, [pid, 0]),
-        "sched_setaffinity": (0, [pid, 0]),
-        "sched_setparam": (0, [pid, 0]),
-        "sched_setscheduler": (0, [pid, 0]),
-        "sched_setattr": (0, [pid, 0]),
-        "pidfd_open": (0, [pid]),
-        "move_pages": (0, [pid, 0]),
-        "migrate_pages": (0, [pid, 0]),
-        "ioprio_set": (1, [pid, 0]),
+        "socketpair": [(0, [AF_UNIX])],
+        "sendto": [(4, [0])],  # no address: send() on a connected socketpair
+        "kill": [(0, [pid, 0])],
+        "tgkill": [(0, [pid])],
+        "rt_sigqueueinfo": [(0, [pid])],
+        "rt_tgsigqueueinfo": [(0, [pid])],
+        "prlimit64": [(0, [pid, 0])],
+        "setpriority": [(0, [PRIO_PROCESS]), (1, [pid, 0])],
+        "sched_setaffinity": [(0, [pid, 0])],
+        "sched_setparam": [(0, [pid, 0])],
+        "sched_setscheduler": [(0, [pid, 0])],
+        "sched_setattr": [(0, [pid, 0])],
+        "pidfd_open": [(0, [pid])],
+        "move_pages": [(0, [pid, 0])],
+        "migrate_pages": [(0, [pid, 0])],
+        "ioprio_set": [(0, [IOPRIO_WHO_PROCESS]), (1, [pid, 0])],
     }
 
 
@@ -159,11 +208,12 @@ def arg_low(index):
 
 
 def deny_list(machine, pid):
-    """The policy as syscall numbers: those always denied, and those denied unless argument `arg` is one of
-    `values` ({number: [arg, values]}). The landlock backend's Rust rules are tested against this."""
+    """The policy as syscall numbers: those always denied, and those denied unless each argument `arg` is one
+    of its `values` ({number: [[arg, values], ...]}). The landlock backend's Rust rules are tested against this."""
     arch = ARCHES[machine]
     always = sorted(arch[name] for name in ALWAYS if arch[name] is not None)
-    conditional = {arch[name]: [index, values] for name, (index, values) in unless_arg_in(pid).items()}
+    conditional = {arch[name]: [[index, values] for index, values in clauses]
+                   for name, clauses in unless_arg_in(pid).items()}
     return {"always": always, "conditional": conditional}
 
 
@@ -190,10 +240,14 @@ def seccomp_program(machine, pid):
         (RET_K, 0, 0, RET_ERRNO | EPERM),
         (RET_K, 0, 0, RET_ALLOW),
     ]
-    for name, (index, values) in unless_arg_in(pid).items():
-        block = [(LD_W_ABS, 0, 0, arg_low(index))]
-        block += [(JEQ_K, len(values) - i, 0, value) for i, value in enumerate(values)]
-        block += [(RET_K, 0, 0, RET_ERRNO | EPERM), (RET_K, 0, 0, RET_ALLOW)]
+    for name, clauses in unless_arg_in(pid).items():
+        # Per clause: load the argument; a match jumps over the denial to the next clause (or the final allow).
+        block = []
+        for index, values in clauses:
+            block += [(LD_W_ABS, 0, 0, arg_low(index))]
+            block += [(JEQ_K, len(values) - i, 0, value) for i, value in enumerate(values)]
+            block += [(RET_K, 0, 0, RET_ERRNO | EPERM)]
+        block += [(RET_K, 0, 0, RET_ALLOW)]
         program += [(JEQ_K, 0, len(block), arch[name])] + block
     program.append((RET_K, 0, 0, RET_ALLOW))
     return program

@@ -276,7 +276,7 @@ impl SandboxBackend for DockerBackend {
             self.settings.scratch_mb(&limits),
             spec::USER.split(':').next().unwrap_or_default(),
             self.settings.memory_mb(&limits),
-            self.settings.pids,
+            self.settings.pids(&limits),
             self.settings.cpus,
         );
         if python.hide_etc {

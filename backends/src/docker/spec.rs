@@ -7,7 +7,8 @@ use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 use serde::Deserialize;
 
 use crate::protocol::RUNNER_SOURCE;
-use crate::{Limits, SpawnRequest, rlimits};
+use crate::rlimits::{self, MemoryBound};
+use crate::{Limits, SpawnRequest};
 
 /// `execution.docker`: where the engine is, which image runs programs, and the container's limits.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -21,8 +22,8 @@ pub struct DockerSettings {
     /// The container's memory limit (cgroup; no swap) in MiB. It also holds the scratch tmpfs, so the
     /// default is `limits.memory_mb + scratch`.
     pub memory_mb: Option<u64>,
-    /// Most tasks (processes and threads) in the container.
-    pub pids: u64,
+    /// Most tasks (processes and threads) in the container; default `limits.tasks`.
+    pub pids: Option<u64>,
     /// CPUs the container may use (fractions allowed).
     pub cpus: f64,
     /// Size of the scratch tmpfs in MiB; default `limits.scratch_mb`.
@@ -38,7 +39,7 @@ impl Default for DockerSettings {
             image: DEFAULT_IMAGE.to_string(),
             host: None,
             memory_mb: None,
-            pids: 64,
+            pids: None,
             cpus: 1.0,
             scratch_mb: None,
         }
@@ -61,7 +62,7 @@ impl DockerSettings {
         if self.memory_mb.is_some_and(|mb| mb < 16) {
             return Err("memory_mb: must be at least 16 (MiB)".to_string());
         }
-        if self.pids < 8 {
+        if self.pids.is_some_and(|pids| pids < 8) {
             return Err("pids: must be at least 8 (the interpreter and its threads)".to_string());
         }
         if !(self.cpus >= 0.01 && self.cpus <= 1024.0) {
@@ -71,6 +72,10 @@ impl DockerSettings {
             return Err("scratch_mb: must be at least 1".to_string());
         }
         Ok(())
+    }
+
+    pub fn pids(&self, limits: &Limits) -> u64 {
+        self.pids.unwrap_or(limits.tasks)
     }
 
     pub fn scratch_mb(&self, limits: &Limits) -> u64 {
@@ -86,6 +91,13 @@ impl DockerSettings {
 pub const SCRATCH: &str = "/scratch";
 /// The user programs run as (`nobody` on most systems); numeric, so images need no user database.
 pub const USER: &str = "65534:65534";
+/// The user's name in the container's own user database and in `LOGNAME`/`USER` (for `getpass.getuser()`).
+const USER_NAME: &str = "ptc";
+/// With the image's /etc hidden, /etc is a tiny tmpfs of the container's own, where the prologue writes a user
+/// database for the runner's user; the files Docker adds there (its /etc/hostname, /etc/hosts and the host's
+/// /etc/resolv.conf) are masked.
+const ETC: &str = "/etc";
+const DOCKER_ETC_FILES: &[&str] = &["/etc/hostname", "/etc/hosts", "/etc/resolv.conf"];
 /// Every runner container carries this label; its value is the server instance that made it.
 pub const LABEL: &str = "ptc-mcp.server";
 /// The container's host name (the kernel's and /etc/hostname): tells programs nothing.
@@ -111,10 +123,12 @@ const CONFINE_SOURCE: &str = include_str!("confine.py");
 /// Source for `python -c`: the prologue, the call that confines the interpreter with the run's rlimits, then
 /// `body` (the runner, or the probe's script).
 fn confined_source(limits: &Limits, cpu_seconds: u64, body: &str) -> String {
-    let by_name: serde_json::Map<String, serde_json::Value> = rlimits::named_for_run(limits, cpu_seconds)
-        .iter()
-        .map(|&(name, _, value)| (name.to_string(), value.into()))
-        .collect();
+    // The container's cgroup counts the memory it uses: no memory rlimits (they would count reservations).
+    let by_name: serde_json::Map<String, serde_json::Value> =
+        rlimits::named_for_run(limits, cpu_seconds, MemoryBound::Cgroup)
+            .iter()
+            .map(|&(name, _, value)| (name.to_string(), value.into()))
+            .collect();
     format!("{CONFINE_SOURCE}\nconfine({})\ndel confine\n{body}", serde_json::Value::Object(by_name))
 }
 
@@ -134,8 +148,9 @@ pub fn runner_command(python: &str, request: &SpawnRequest) -> Vec<String> {
 /// attached (no TTY), no network, a read-only root, a size-limited tmpfs as scratch and working directory,
 /// no capabilities, no-new-privileges, a non-root user, memory, pids and CPU limits, no IPC namespace
 /// shared or /dev/shm, /sys masked, no logs kept, and removed by the engine as soon as it exits. With
-/// `hide_etc`, /etc is masked too (the image's files and the /etc/hostname Docker adds): the probe finds
-/// out whether the image's interpreter starts without it (it may need /etc/ld.so.cache).
+/// `hide_etc`, the image's /etc is hidden under a tiny tmpfs holding only the user database the prologue writes
+/// (and Docker's /etc files, masked): the probe finds out whether the image's interpreter starts without it
+/// (it may need /etc/ld.so.cache).
 pub fn container_body(
     settings: &DockerSettings,
     limits: &Limits,
@@ -148,12 +163,23 @@ pub fn container_body(
     // Owned by the runner's user: the engine copies the working directory's 0755 onto the tmpfs.
     let (uid, gid) = USER.split_once(':').expect("USER is uid:gid");
     let scratch = format!("rw,nosuid,nodev,noexec,size={}m,uid={uid},gid={gid},mode=0700", settings.scratch_mb(limits));
+    let mut tmpfs = HashMap::from([(SCRATCH.to_string(), scratch)]);
+    let mut masked: Vec<String> = MASKED_PATHS.iter().map(|p| p.to_string()).collect();
+    if hide_etc {
+        tmpfs.insert(ETC.to_string(), format!("rw,nosuid,nodev,noexec,size=64k,uid={uid},gid={gid},mode=0755"));
+        masked.extend(DOCKER_ETC_FILES.iter().map(|p| p.to_string()));
+    }
     ContainerCreateBody {
         image: Some(settings.image.clone()),
         cmd: Some(command),
         // [""] resets an image's entrypoint: the command runs as given.
         entrypoint: Some(vec![String::new()]),
-        env: Some(vec![format!("HOME={SCRATCH}"), format!("TMPDIR={SCRATCH}")]),
+        env: Some(vec![
+            format!("HOME={SCRATCH}"),
+            format!("TMPDIR={SCRATCH}"),
+            format!("LOGNAME={USER_NAME}"),
+            format!("USER={USER_NAME}"),
+        ]),
         working_dir: Some(SCRATCH.to_string()),
         user: Some(USER.to_string()),
         hostname: Some(HOSTNAME.to_string()),
@@ -168,14 +194,14 @@ pub fn container_body(
         host_config: Some(HostConfig {
             network_mode: Some("none".to_string()),
             readonly_rootfs: Some(true),
-            tmpfs: Some(HashMap::from([(SCRATCH.to_string(), scratch)])),
+            tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             ipc_mode: Some("none".to_string()),
-            masked_paths: Some(MASKED_PATHS.iter().chain(hide_etc.then_some(&"/etc")).map(|p| p.to_string()).collect()),
+            masked_paths: Some(masked),
             memory: Some(memory),
             memory_swap: Some(memory),
-            pids_limit: Some(i64::try_from(settings.pids).unwrap_or(i64::MAX)),
+            pids_limit: Some(i64::try_from(settings.pids(limits)).unwrap_or(i64::MAX)),
             nano_cpus: Some((settings.cpus * 1e9).round() as i64),
             auto_remove: Some(true),
             init: Some(false),
@@ -210,15 +236,21 @@ mod tests {
         assert_eq!(host.privileged, Some(false));
         assert_eq!(host.ipc_mode.as_deref(), Some("none"));
         let masked = host.masked_paths.unwrap();
-        assert!(masked.contains(&"/sys".to_string()) && masked.contains(&"/etc".to_string()));
+        assert!(masked.contains(&"/sys".to_string()) && masked.contains(&"/etc/resolv.conf".to_string()));
         assert!(masked.contains(&"/proc/kcore".to_string()), "Docker's own list is kept");
+        let etc = &host.tmpfs.as_ref().unwrap()["/etc"];
+        assert_eq!(etc, "rw,nosuid,nodev,noexec,size=64k,uid=65534,gid=65534,mode=0755", "the image's /etc hidden");
         let shown = container_body(&settings, &Limits::default(), vec![], "i", false).host_config.unwrap();
-        assert!(!shown.masked_paths.unwrap().contains(&"/etc".to_string()));
+        assert!(!shown.tmpfs.unwrap().contains_key("/etc"));
+        assert!(!shown.masked_paths.unwrap().contains(&"/etc/resolv.conf".to_string()));
         assert_eq!(body.user.as_deref(), Some(USER));
         assert!(!USER.starts_with("0:") && !USER.starts_with("root"));
         // Nothing from the host: no binds, no volumes, no devices, no docker socket.
         assert!(host.binds.is_none() && host.mounts.is_none() && host.devices.is_none() && body.volumes.is_none());
-        assert_eq!(body.env, Some(vec!["HOME=/scratch".to_string(), "TMPDIR=/scratch".to_string()]));
+        assert_eq!(
+            body.env,
+            Some(["HOME=/scratch", "TMPDIR=/scratch", "LOGNAME=ptc", "USER=ptc"].map(String::from).to_vec())
+        );
         assert_eq!(body.working_dir.as_deref(), Some(SCRATCH));
         assert_eq!(body.entrypoint, Some(vec![String::new()]));
         assert_eq!(body.labels.unwrap().get(LABEL).map(String::as_str), Some("inst-1"));
@@ -251,8 +283,13 @@ mod tests {
 
     #[test]
     fn docker_keys_override_the_defaults() {
-        let settings =
-            DockerSettings { memory_mb: Some(300), pids: 16, cpus: 0.5, scratch_mb: Some(8), ..Default::default() };
+        let settings = DockerSettings {
+            memory_mb: Some(300),
+            pids: Some(16),
+            cpus: 0.5,
+            scratch_mb: Some(8),
+            ..Default::default()
+        };
         let host = container_body(&settings, &Limits::default(), vec![], "i", true).host_config.unwrap();
         assert_eq!(host.memory, Some(300 * 1024 * 1024));
         assert_eq!(host.pids_limit, Some(16));
@@ -269,10 +306,7 @@ mod tests {
         assert!(source.ends_with(RUNNER_SOURCE));
         let call = source[CONFINE_SOURCE.len()..].lines().find(|l| l.starts_with("confine(")).unwrap();
         let limits: serde_json::Value = serde_json::from_str(&call["confine(".len()..call.len() - 1]).unwrap();
-        assert_eq!(
-            limits,
-            serde_json::json!({"CPU": 31, "AS": 1u64 << 30, "FSIZE": 64u64 << 20, "NOFILE": 256, "CORE": 0})
-        );
+        assert_eq!(limits, serde_json::json!({"CPU": 31, "FSIZE": 64u64 << 20, "NOFILE": 256, "CORE": 0}));
     }
 
     #[test]
@@ -285,7 +319,7 @@ mod tests {
         bad(DockerSettings { image: " ".into(), ..Default::default() }, "image:");
         bad(DockerSettings { host: Some("ssh://box".into()), ..Default::default() }, "host:");
         bad(DockerSettings { memory_mb: Some(4), ..Default::default() }, "memory_mb:");
-        bad(DockerSettings { pids: 2, ..Default::default() }, "pids:");
+        bad(DockerSettings { pids: Some(2), ..Default::default() }, "pids:");
         bad(DockerSettings { cpus: 0.0, ..Default::default() }, "cpus:");
         bad(DockerSettings { cpus: f64::NAN, ..Default::default() }, "cpus:");
         bad(DockerSettings { scratch_mb: Some(0), ..Default::default() }, "scratch_mb:");

@@ -7,8 +7,8 @@
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::fs::File;
-use std::io::Write as _;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::{Read as _, Write as _};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -18,8 +18,9 @@ use landlock::{
 };
 
 use super::policy::{Bind, BindAccess, Policy, SANDBOX_ID};
-use super::{LAYERS_PREFIX, seccomp};
-use crate::rlimits;
+use super::{DEGRADED_LAYER, LAYERS_PREFIX, seccomp};
+use crate::limits::MALLOC_ARENA_MAX;
+use crate::rlimits::{self, MemoryBound};
 
 /// Exit status of a helper that could not set up the sandbox.
 pub const HELPER_FAILED: i32 = 125;
@@ -54,59 +55,363 @@ pub fn main(policy_json: &str) -> ! {
 
 fn run(policy_json: &str) -> Result<Infallible, StepError> {
     let policy: Policy = step("reading the policy", serde_json::from_str(policy_json))?;
+    if let Some(cgroup) = &policy.cgroup {
+        // First: everything this process starts is in the run's cgroup.
+        let procs = cgroup.dir.join("cgroup.procs");
+        let joined = File::options().write(true).open(&procs).and_then(|mut f| f.write_all(b"0"));
+        step(format!("joining the run's cgroup {}", cgroup.dir.display()), joined)?;
+    }
     // SAFETY: plain id syscalls.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if uid == 0 {
         // SAFETY: setgroups with an empty list.
         check("dropping supplementary groups", unsafe { libc::setgroups(0, std::ptr::null()) } as libc::c_long)?;
     }
-    let mut layers = Vec::new();
-    // SAFETY: unshare with flags only; this process has a single thread.
-    let unshared = unsafe {
-        libc::unshare(
-            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS,
-        )
-    } == 0;
-    if unshared {
-        // Our own ids are the only ones we may map. A root server's programs thus keep uid 0 outside, but
-        // hold no capability outside their namespace and none inside once the interpreter is exec'd.
-        map_ids(uid, gid)?;
-        // Bind sources are opened inside the new mount namespace: mounts from another one cannot be bound.
-        let sources: Vec<OwnedFd> = policy
-            .binds
-            .iter()
-            .map(|b| step(format!("opening {}", b.path.display()), open_path(&b.path)))
-            .collect::<Result<_, _>>()?;
-        build_root(&policy, &sources)?;
-        layers.push(format!(
-            "user/mount/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch",
-            policy.limits.scratch_mb
-        ));
+    set_parent_death_signal()?;
+    let namespaces = match enter_namespaces(uid, gid)? {
+        Entered::Namespaces(namespaces) => namespaces,
+        Entered::Degraded(why) => return run_degraded(&policy, uid, why),
+    };
+    // Bind sources are opened inside the new mount namespace (mounts from another one cannot be bound), and
+    // before the ids change: until then files are opened as the server's user.
+    let sources: Vec<OwnedFd> = policy
+        .binds
+        .iter()
+        .map(|b| step(format!("opening {}", b.path.display()), open_path(&b.path)))
+        .collect::<Result<_, _>>()?;
+    namespaces.become_the_sandbox_user()?;
+    build_root(&policy, &sources)?;
+    drop(sources);
+    let mut layers = vec![format!(
+        "user/mount/pid/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch, as uid {} outside",
+        policy.limits.scratch_mb, namespaces.outside_uid
+    )];
+    let task_limit = rlimits::nproc(0, namespaces.task_limit(policy.limits.tasks));
+    let user_database = [Path::new(PASSWD), Path::new(GROUP)];
+    let exec = confine(&policy, Some(SANDBOX_USER.to_string()), &user_database, &mut layers)?;
+    layers.push(if namespaces.outside_uid == 0 {
+        "tasks: NOT bounded by RLIMIT_NPROC (uid 0 outside: the kernel exempts root)".to_string()
     } else {
-        layers.push(format!("no namespaces ({})", std::io::Error::last_os_error()));
+        format!("tasks: at most {} (RLIMIT_NPROC in the run's user namespace)", policy.limits.tasks)
+    });
+    finish(&policy, exec, Some(task_limit), false, layers)
+}
+
+/// Degraded mode (no user namespaces), if the policy allows it: Landlock, seccomp (denying metadata changes
+/// everywhere) and rlimits, as the server's user.
+fn run_degraded(policy: &Policy, uid: u32, why: std::io::Error) -> Result<Infallible, StepError> {
+    if !policy.allow_degraded {
+        return step(
+            "refusing to run degraded",
+            Err(std::io::Error::other(format!(
+                "user namespaces are unavailable ({why}), so programs could learn which host files exist; \
+                 enable them, or set execution.allow_degraded: true to run programs without them"
+            ))),
+        );
     }
+    let mut layers = vec![format!("{DEGRADED_LAYER} ({why})")];
+    // The program's user is ours: its name is looked up now (the host's user database is out of reach once
+    // Landlock applies). RLIMIT_NPROC counts every task of our user (and root is exempt from it).
+    let user_name = crate::host::user_name(uid);
+    let task_limit = (uid != 0).then(|| rlimits::nproc(rlimits::tasks_of_user(uid), policy.limits.tasks));
+    let exec = confine(policy, user_name, &[], &mut layers)?;
+    layers.push(match task_limit {
+        Some(_) => format!(
+            "tasks: at most {} more than this user runs (RLIMIT_NPROC, shared with its other processes)",
+            policy.limits.tasks
+        ),
+        None => "tasks: NOT bounded (root is exempt from RLIMIT_NPROC)".to_string(),
+    });
+    finish(policy, exec, task_limit, true, layers)
+}
+
+/// The layers both modes share, in order: the scratch directory as working directory, no inherited files,
+/// no_new_privs, Landlock, no capabilities; returns the prepared exec of the interpreter.
+fn confine(
+    policy: &Policy,
+    user_name: Option<String>,
+    also_readable: &[&Path],
+    layers: &mut Vec<String>,
+) -> Result<Exec, StepError> {
     step("entering the scratch directory", std::env::set_current_dir(&policy.scratch))?;
     // SAFETY: close_range on our own fd table; 0, 1 and 2 stay (the channel and diagnostics).
     check("closing inherited files", unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) })?;
-    // SAFETY: prctl with integer arguments; set after the id changes above, which would clear it.
-    check("setting the parent-death signal", unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) as libc::c_long
-    })?;
+    // SAFETY: prctl with integer arguments.
     check("setting no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long })?;
-    layers.push(restrict_with_landlock(&policy)?);
-    drop_capabilities(unshared)?;
+    layers.push(restrict_with_landlock(policy, also_readable)?);
+    drop_capabilities()?;
     layers.push("capabilities dropped, no_new_privs".to_string());
-    let exec = Exec::new(&policy)?;
-    step("setting resource limits", rlimits::apply(&rlimits::for_run(&policy.limits, policy.cpu_seconds)))?;
-    layers.push("seccomp".to_string());
+    Exec::new(policy, user_name.as_deref())
+}
+
+/// The last steps: rlimits (with the task limit), the layer report, seccomp, exec.
+fn finish(
+    policy: &Policy,
+    exec: Exec,
+    task_limit: Option<rlimits::Rlimit>,
+    deny_metadata: bool,
+    mut layers: Vec<String>,
+) -> Result<Infallible, StepError> {
+    let cgroup = policy.cgroup.as_ref();
+    let memory = if cgroup.is_some_and(|c| c.bounds_memory) { MemoryBound::Cgroup } else { MemoryBound::Rlimits };
+    let mut limits = rlimits::for_run(&policy.limits, policy.cpu_seconds, memory);
+    limits.extend(task_limit);
+    step("setting resource limits", rlimits::apply(&limits))?;
+    layers.push(match cgroup {
+        Some(cgroup) => {
+            let mut bounds = vec![];
+            if cgroup.bounds_tasks {
+                bounds.push(format!("tasks at most {}", policy.limits.tasks));
+            }
+            if cgroup.bounds_memory {
+                bounds.push(format!(
+                    "memory at most {} MiB with scratch, no swap",
+                    policy.limits.memory_mb + policy.limits.scratch_mb
+                ));
+            }
+            if bounds.is_empty() {
+                "the run's own cgroup (killed whole)".to_string()
+            } else {
+                format!("the run's own cgroup ({}; killed whole)", bounds.join(", "))
+            }
+        }
+        None => "no cgroup of its own".to_string(),
+    });
+    layers.push(match memory {
+        MemoryBound::Cgroup => "memory: the cgroup's".to_string(),
+        MemoryBound::Rlimits => format!(
+            "memory: RLIMIT_DATA {} MiB (private memory), RLIMIT_AS {} MiB (with room for stacks and arenas)",
+            policy.limits.memory_mb,
+            policy.limits.address_space_bytes() >> 20
+        ),
+    });
+    // Without namespaces every host file is on its own writable mount: metadata changes are denied everywhere.
+    layers.push(if deny_metadata { "seccomp (metadata changes denied everywhere)" } else { "seccomp" }.to_string());
     eprintln!("{LAYERS_PREFIX}{}", layers.join("; "));
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
-    let filters = step("building the seccomp filters", seccomp::filters(pid, exec.path.as_ptr() as u64))?;
+    let target = seccomp::Target { pid, exec_path: exec.path.as_ptr() as u64, deny_metadata };
+    let filters = step("building the seccomp filters", seccomp::filters(target))?;
     for filter in &filters {
         step("installing a seccomp filter", seccompiler::apply_filter(filter))?;
     }
     exec.run()
+}
+
+fn set_parent_death_signal() -> Result<(), StepError> {
+    // SAFETY: prctl with integer arguments.
+    check("setting the parent-death signal", unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) as libc::c_long
+    })
+}
+
+/// The host uid a root server's programs run as (`nobody`): never root, and subject to RLIMIT_NPROC, from
+/// which the kernel exempts root.
+const OUTSIDE_UID_FOR_ROOT: u32 = 65534;
+
+enum Entered {
+    /// This process is pid 1 of a new pid namespace, in new user, mount, network, IPC and UTS namespaces.
+    Namespaces(Namespaces),
+    /// No user namespace could be created (why).
+    Degraded(std::io::Error),
+}
+
+struct Namespaces {
+    /// The host uid the sandbox's uid maps to.
+    outside_uid: u32,
+    /// Whether this process still has to switch to the sandbox's ids (a root server's: it keeps the server's
+    /// own uid, unmapped in the namespace, until the bind sources are open).
+    switch_ids: bool,
+    /// The read end of a pipe the parent holds open until it dies.
+    parent_alive: OwnedFd,
+}
+
+impl Namespaces {
+    fn become_the_sandbox_user(&self) -> Result<(), StepError> {
+        if self.switch_ids {
+            let id = SANDBOX_ID;
+            // SAFETY: id syscalls with ids mapped in our user namespace, where we hold CAP_SETUID/CAP_SETGID.
+            unsafe {
+                check("switching to the sandbox's group", libc::setresgid(id, id, id) as libc::c_long)?;
+                check("switching to the sandbox's user", libc::setresuid(id, id, id) as libc::c_long)?;
+            }
+            // An id change clears the parent-death signal: set it again, then make sure the parent is alive.
+            set_parent_death_signal()?;
+        }
+        check_parent_alive(&self.parent_alive)
+    }
+
+    /// RLIMIT_NPROC for `tasks` in the run: it counts the tasks of the sandbox's uid in the run's own user
+    /// namespace, where the waiting parent counts too when it is inside (non-root servers).
+    fn task_limit(&self, tasks: u64) -> u64 {
+        if self.switch_ids { tasks.saturating_sub(1) } else { tasks }
+    }
+}
+
+/// Creates the namespaces; returns in the process that goes on to run the interpreter, pid 1 of its pid
+/// namespace. The process that called it stays outside that pid namespace (it cannot be named from inside),
+/// waits, and ends as the interpreter ended: it never returns.
+///
+/// A non-root server can only map its own uid: this process makes the user and pid namespaces and maps its
+/// ids, and the child makes the rest. A root server's process makes the pid namespace, and the child the user
+/// namespace, whose ids the parent then maps to `nobody` (holding CAP_SETUID outside): programs never run as
+/// host root, and RLIMIT_NPROC (which root is exempt from) bounds their tasks.
+fn enter_namespaces(uid: u32, gid: u32) -> Result<Entered, StepError> {
+    const REST: libc::c_int = libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    let (alive_read, alive_write) = pipe("creating the parent-death pipe")?;
+    if uid != 0 {
+        // SAFETY: unshare with flags only; this process has a single thread.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) } != 0 {
+            return Ok(Entered::Degraded(unshare_error()));
+        }
+        // A new user namespace changes our credentials, which clears the parent-death signal.
+        set_parent_death_signal()?;
+        map_ids("self", uid, gid)?;
+        if fork()? > 0 {
+            drop(alive_read);
+            relay(&alive_write)
+        }
+        drop(alive_write);
+        set_parent_death_signal()?;
+        check_parent_alive(&alive_read)?;
+        // SAFETY: unshare with flags only; single-threaded.
+        check("creating namespaces", unsafe { libc::unshare(REST) } as libc::c_long)?;
+        return Ok(Entered::Namespaces(Namespaces { outside_uid: uid, switch_ids: false, parent_alive: alive_read }));
+    }
+    // SAFETY: unshare with flags only; single-threaded.
+    if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+        return Ok(Entered::Degraded(unshare_error()));
+    }
+    let (ready_read, ready_write) = pipe("creating the namespace pipe")?;
+    let child = fork()?;
+    if child > 0 {
+        drop((alive_read, ready_write));
+        // The child's answer: 0 once its user namespace exists, else the errno of its unshare.
+        let mut answer = [0u8; 4];
+        let got = File::from(ready_read).read_exact(&mut answer);
+        let errno = i32::from_ne_bytes(answer);
+        if got.is_err() || errno != 0 {
+            reap(child);
+            return match got {
+                Err(e) => step("creating the user namespace (the child ended)", Err(e)),
+                Ok(()) => {
+                    let error = std::io::Error::from_raw_os_error(errno);
+                    Ok(Entered::Degraded(std::io::Error::new(error.kind(), format!("unshare: {error}"))))
+                }
+            };
+        }
+        let outside_uid = map_root_ids(&child.to_string(), uid, gid)?;
+        let mut start = File::from(step("the parent-death pipe", alive_write.try_clone())?);
+        step("starting the sandbox's first process", start.write_all(&outside_uid.to_ne_bytes()))?;
+        relay(&alive_write)
+    }
+    drop((alive_write, ready_read));
+    set_parent_death_signal()?;
+    // SAFETY: unshare with flags only; single-threaded.
+    let unshared = unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0;
+    let errno = if unshared { 0 } else { std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM) };
+    set_parent_death_signal()?;
+    let told = File::from(ready_write).write_all(&errno.to_ne_bytes());
+    // Wait for the parent to map our ids (it writes the uid they map to); end if it died instead, or went on
+    // degraded.
+    let mut start = [0u8; 4];
+    let started = told.is_ok()
+        && File::from(step("the parent-death pipe", alive_read.try_clone())?).read_exact(&mut start).is_ok();
+    if !unshared || !started {
+        // SAFETY: _exit has no preconditions.
+        unsafe { libc::_exit(HELPER_FAILED) }
+    }
+    // SAFETY: unshare with flags only; single-threaded; we hold every capability in our new user namespace.
+    check("creating namespaces", unsafe { libc::unshare(REST) } as libc::c_long)?;
+    Ok(Entered::Namespaces(Namespaces {
+        outside_uid: u32::from_ne_bytes(start),
+        switch_ids: true,
+        parent_alive: alive_read,
+    }))
+}
+
+fn unshare_error() -> std::io::Error {
+    let error = std::io::Error::last_os_error();
+    std::io::Error::new(error.kind(), format!("unshare: {error}"))
+}
+
+fn pipe(what: &str) -> Result<(OwnedFd, OwnedFd), StepError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a local array.
+    check(what, unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long)?;
+    // SAFETY: fresh fds owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn fork() -> Result<libc::pid_t, StepError> {
+    // SAFETY: fork in a single-threaded process; each side goes on with plain code and syscalls.
+    let child = unsafe { libc::fork() };
+    check("forking the sandbox's first process", child as libc::c_long)?;
+    Ok(child)
+}
+
+/// Ends this process if the parent's end of the pipe is closed (it died before our parent-death signal was
+/// set).
+fn check_parent_alive(parent_alive: &OwnedFd) -> Result<(), StepError> {
+    let mut poll = libc::pollfd { fd: parent_alive.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll of one fd we own, without waiting.
+    if unsafe { libc::poll(&mut poll, 1, 0) } != 0 {
+        // SAFETY: _exit has no preconditions.
+        unsafe { libc::_exit(HELPER_FAILED) }
+    }
+    Ok(())
+}
+
+fn reap(child: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: waitpid of our own child into a local.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+}
+
+/// The parent's part: it keeps no channel end and no capability, holds `alive` open (the child's check), waits
+/// for its child and ends as it ended (its exit status, or killed by the same signal), so that the server sees
+/// the interpreter's end in the helper's. Both stay in the process group the server kills.
+fn relay(alive: &OwnedFd) -> ! {
+    let keep = alive.as_raw_fd() as u32;
+    // SAFETY: closes our copies of the channel and every fd but stderr and `alive`; then prctl.
+    unsafe {
+        libc::close(0);
+        libc::close(1);
+        if keep > 3 {
+            libc::syscall(libc::SYS_close_range, 3u32, keep - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32);
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    }
+    let _ = drop_capabilities();
+    relay_the_end_of()
+}
+
+/// Waits for our one child and ends as it ended.
+fn relay_the_end_of() -> ! {
+    let mut status = 0;
+    // SAFETY: waitpid of our only child into a local; EINTR is retried.
+    while unsafe { libc::waitpid(-1, &mut status, 0) } < 0 {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // SAFETY: _exit has no preconditions.
+            unsafe { libc::_exit(HELPER_FAILED) }
+        }
+    }
+    if libc::WIFSIGNALED(status) {
+        let signal = libc::WTERMSIG(status);
+        // SAFETY: the signal's default action (death, without a core: RLIMIT_CORE is 0), unblocked, at ourselves.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), signal);
+        }
+    }
+    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(code) }
 }
 
 fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
@@ -120,15 +425,36 @@ fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
-/// Maps the sandbox's ids to ours (the one mapping an unprivileged process may write).
-fn map_ids(uid: u32, gid: u32) -> Result<(), StepError> {
-    let write = |file: &str, text: String| -> Result<(), StepError> {
-        let result = File::options().write(true).open(file).and_then(|mut f| f.write_all(text.as_bytes()));
-        step(format!("writing {file}"), result)
+/// A root server's mapping of the child's ids: to `nobody` (65534), or, where this user namespace has no such
+/// id (a container's root with a short id map), to its own. Returns the uid mapped to.
+fn map_root_ids(child: &str, uid: u32, gid: u32) -> Result<u32, StepError> {
+    let write = |file: &str, text: String| {
+        let path = format!("/proc/{child}/{file}");
+        File::options().write(true).open(&path).and_then(|mut f| f.write_all(text.as_bytes()))
     };
-    write("/proc/self/setgroups", "deny".to_string())?;
-    write("/proc/self/uid_map", format!("{SANDBOX_ID} {uid} 1\n"))?;
-    write("/proc/self/gid_map", format!("{SANDBOX_ID} {gid} 1\n"))
+    step("denying setgroups in the sandbox", write("setgroups", "deny".to_string()))?;
+    let mut outside_uid = OUTSIDE_UID_FOR_ROOT;
+    if write("uid_map", format!("{SANDBOX_ID} {OUTSIDE_UID_FOR_ROOT} 1\n")).is_err() {
+        step("mapping the sandbox's uid", write("uid_map", format!("{SANDBOX_ID} {uid} 1\n")))?;
+        outside_uid = uid;
+    }
+    if write("gid_map", format!("{SANDBOX_ID} {OUTSIDE_UID_FOR_ROOT} 1\n")).is_err() {
+        step("mapping the sandbox's gid", write("gid_map", format!("{SANDBOX_ID} {gid} 1\n")))?;
+    }
+    Ok(outside_uid)
+}
+
+/// Maps the sandbox's ids to `uid`/`gid` in the user namespace of `/proc/<process>` (`self`: our own; an
+/// unprivileged process may only map its own ids).
+fn map_ids(process: &str, uid: u32, gid: u32) -> Result<(), StepError> {
+    let write = |file: &str, text: String| -> Result<(), StepError> {
+        let path = format!("/proc/{process}/{file}");
+        let result = File::options().write(true).open(&path).and_then(|mut f| f.write_all(text.as_bytes()));
+        step(format!("writing {path}"), result)
+    };
+    write("setgroups", "deny".to_string())?;
+    write("uid_map", format!("{SANDBOX_ID} {uid} 1\n"))?;
+    write("gid_map", format!("{SANDBOX_ID} {gid} 1\n"))
 }
 
 fn c_path(path: &Path) -> Result<CString, StepError> {
@@ -154,6 +480,22 @@ fn mount(
 
 /// Where the new root is assembled (a fresh tmpfs, visible only in our mount namespace).
 const STAGING: &str = "/tmp";
+/// The user database of the minimal root: one user (the sandbox's uid) and its group, so that `getpass` and
+/// `pwd` find the program's user.
+const PASSWD: &str = "/etc/passwd";
+const GROUP: &str = "/etc/group";
+/// The name of the program's user in its namespace.
+const SANDBOX_USER: &str = "ptc";
+
+/// Writes the minimal root's `/etc/passwd` and `/etc/group` (into `etc` of the staging root); the user's home
+/// is the scratch directory.
+fn write_user_database(etc: &Path, scratch: &Path) -> Result<(), StepError> {
+    step("creating /etc", std::fs::create_dir_all(etc))?;
+    let home = scratch.display();
+    let passwd = format!("{SANDBOX_USER}:x:{SANDBOX_ID}:{SANDBOX_ID}:ptc-mcp sandbox:{home}:/nonexistent\n");
+    step("writing /etc/passwd", std::fs::write(etc.join("passwd"), passwd))?;
+    step("writing /etc/group", std::fs::write(etc.join("group"), format!("{SANDBOX_USER}:x:{SANDBOX_ID}:\n")))
+}
 
 /// Builds the minimal root: an empty tmpfs holding read-only binds of the interpreter's paths, the
 /// devices, a sized tmpfs scratch, and nothing else; then makes it the root.
@@ -185,6 +527,7 @@ fn build_root(policy: &Policy, sources: &[OwnedFd]) -> Result<(), StepError> {
             Some("size=4k,mode=555"),
         )?;
     }
+    write_user_database(&staging.join("etc"), &policy.scratch)?;
     let scratch = inside(&policy.scratch);
     step("creating the scratch directory", std::fs::create_dir_all(&scratch))?;
     let options = format!("size={}m,mode=700,uid={SANDBOX_ID},gid={SANDBOX_ID}", policy.limits.scratch_mb);
@@ -228,10 +571,13 @@ fn bind_read_only(bind: &Bind, source: &OwnedFd, target: &Path) -> Result<(), St
     mount(Some(&from), target, None, libc::MS_BIND | libc::MS_REC, None)?;
     // A remount must keep the flags the kernel locked on the source mount, so start from those.
     let mut flags = locked_flags(target)? | libc::MS_REMOUNT | libc::MS_BIND | libc::MS_NOSUID;
+    // Read-only everywhere: a read-only mount refuses changes of modes, owners, times and extended attributes
+    // (which Landlock does not cover), while device nodes on it can still be written to.
+    flags |= libc::MS_RDONLY;
     match bind.access {
-        BindAccess::Exec => flags |= libc::MS_RDONLY | libc::MS_NODEV,
-        BindAccess::Read => flags |= libc::MS_RDONLY | libc::MS_NODEV | libc::MS_NOEXEC,
-        BindAccess::ReadWrite => flags |= libc::MS_NOEXEC,
+        BindAccess::Exec => flags |= libc::MS_NODEV,
+        BindAccess::Read => flags |= libc::MS_NODEV | libc::MS_NOEXEC,
+        BindAccess::Device { .. } => flags |= libc::MS_NOEXEC,
     }
     mount(None, target, None, flags, None)
 }
@@ -255,7 +601,7 @@ fn locked_flags(path: &Path) -> Result<libc::c_ulong, StepError> {
 
 /// Landlock: read (and execute where needed) on the interpreter's paths, read-write on scratch, nothing
 /// else; no TCP; signals and abstract sockets only within the sandbox. Refuses to go on unenforced.
-fn restrict_with_landlock(policy: &Policy) -> Result<String, StepError> {
+fn restrict_with_landlock(policy: &Policy, also_readable: &[&Path]) -> Result<String, StepError> {
     let abi = LANDLOCK_ABI;
     let ruleset = Ruleset::default();
     let ruleset = step("landlock: filesystem access", ruleset.handle_access(AccessFs::from_all(abi)))?;
@@ -272,9 +618,13 @@ fn restrict_with_landlock(policy: &Policy) -> Result<String, StepError> {
         let access = match bind.access {
             BindAccess::Exec => AccessFs::from_read(abi),
             BindAccess::Read => AccessFs::ReadFile | AccessFs::ReadDir,
-            BindAccess::ReadWrite => AccessFs::from_file(abi) & !AccessFs::Execute,
+            BindAccess::Device { write: true } => AccessFs::from_file(abi) & !AccessFs::Execute,
+            BindAccess::Device { write: false } => AccessFs::ReadFile.into(),
         };
         ruleset = step("landlock: adding a rule", ruleset.add_rule(rule(&bind.path, access)?))?;
+    }
+    for path in also_readable {
+        ruleset = step("landlock: adding a rule", ruleset.add_rule(rule(path, AccessFs::ReadFile.into())?))?;
     }
     let scratch = AccessFs::from_all(abi) & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock);
     ruleset = step("landlock: adding the scratch rule", ruleset.add_rule(rule(&policy.scratch, scratch)?))?;
@@ -289,14 +639,13 @@ fn restrict_with_landlock(policy: &Policy) -> Result<String, StepError> {
     }
 }
 
-fn drop_capabilities(in_own_namespace: bool) -> Result<(), StepError> {
-    if in_own_namespace {
-        // The bounding set can only shrink with CAP_SETPCAP, which we hold in our own user namespace.
-        for cap in 0..=63 {
-            // SAFETY: prctl with integer arguments; EINVAL past the last capability ends the loop.
-            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
-                break;
-            }
+fn drop_capabilities() -> Result<(), StepError> {
+    // The bounding set shrinks only with CAP_SETPCAP (held in our own user namespace, or by root): without it
+    // the drops fail, and the empty permitted set below is what counts.
+    for cap in 0..=63 {
+        // SAFETY: prctl with integer arguments; EINVAL past the last capability ends the loop.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            break;
         }
     }
     // SAFETY: prctl with integer arguments.
@@ -330,17 +679,22 @@ struct Exec {
 }
 
 impl Exec {
-    fn new(policy: &Policy) -> Result<Exec, StepError> {
+    /// The interpreter's command line and environment: `HOME` and `TMPDIR` (scratch), `MALLOC_ARENA_MAX`, and
+    /// `LOGNAME` and `USER` (`getpass.getuser()`) when the user has a name.
+    fn new(policy: &Policy, user_name: Option<&str>) -> Result<Exec, StepError> {
         let path = c_path(&policy.program)?;
         let mut args = vec![path.clone()];
         for arg in &policy.args {
             args.push(step("an argument", CString::new(arg.as_bytes()))?);
         }
-        let scratch = policy.scratch.as_os_str();
-        let env = [("HOME", scratch), ("TMPDIR", scratch)]
-            .iter()
-            .map(|(k, v)| CString::new([k.as_bytes(), b"=", v.as_bytes()].concat()))
-            .collect::<Result<Vec<_>, _>>();
+        let scratch = policy.scratch.as_os_str().as_bytes();
+        let mut vars =
+            vec![("HOME", scratch), ("TMPDIR", scratch), (MALLOC_ARENA_MAX.0, MALLOC_ARENA_MAX.1.as_bytes())];
+        if let Some(name) = user_name {
+            vars.extend([("LOGNAME", name.as_bytes()), ("USER", name.as_bytes())]);
+        }
+        let env =
+            vars.iter().map(|(k, v)| CString::new([k.as_bytes(), b"=", v].concat())).collect::<Result<Vec<_>, _>>();
         Ok(Exec { path, args, env: step("the environment", env)? })
     }
 

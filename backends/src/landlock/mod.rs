@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::process::Command;
 
-use crate::host::{host_runner, runner_args, runner_command};
+use crate::host::{RunGroup, host_runner, runner_args, runner_command};
 use crate::python::ResolvedPython;
 use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
 use policy::{PlanRequest, Policy, inspect, plan};
@@ -26,44 +26,79 @@ const PROBE_OUTPUT: &str = "ptc-sandbox-ready";
 pub const HELPER_SUBCOMMAND: &str = "__landlock-helper";
 /// Prefix of the helper's one-line report of the layers in force (stderr, just before the exec).
 pub const LAYERS_PREFIX: &str = "ptc-landlock: layers: ";
+/// The start of the layer the helper reports when it runs without namespaces.
+pub const DEGRADED_LAYER: &str = "degraded: no namespaces";
 
 pub struct LandlockBackend {
     python: ResolvedPython,
     /// The `ptc-mcp` binary, re-executed as the helper.
     helper: PathBuf,
+    /// `execution.allow_degraded`: run programs without user namespaces.
+    allow_degraded: bool,
 }
 
+/// What degraded mode lacks.
+const DEGRADED_MISSING: &str = "user namespaces: programs can learn which host files and processes exist, and \
+                                scratch is not size-limited";
+/// How to get full mode back.
+const DEGRADED_FIX: &str = "enable unprivileged user namespaces (sysctls user.max_user_namespaces, \
+                            kernel.unprivileged_userns_clone, or Ubuntu's kernel.apparmor_restrict_unprivileged_userns)";
+
 impl LandlockBackend {
-    pub fn new(configured_python: String, helper: PathBuf) -> Self {
-        LandlockBackend { python: ResolvedPython::new(configured_python), helper }
+    pub fn new(configured_python: String, helper: PathBuf, allow_degraded: bool) -> Self {
+        LandlockBackend { python: ResolvedPython::new(configured_python), helper, allow_degraded }
     }
 
-    /// Starts the helper for one confined interpreter with `args`, in a fresh run directory.
-    fn start(&self, python: &Python, args: Vec<String>, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
+    /// Starts the helper for one confined interpreter with `args`, in a fresh run directory; without user
+    /// namespaces it runs degraded only if `allow_degraded`.
+    fn start(
+        &self,
+        python: &Python,
+        args: Vec<String>,
+        request: &SpawnRequest,
+        allow_degraded: bool,
+    ) -> Result<RunnerProcess, SpawnError> {
         let run_dir = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
         let scratch = run_dir.path().join("scratch");
         std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
-        let policy = plan(
+        // The scratch tmpfs is memory too, charged to the run's cgroup.
+        let cgroup_memory = request.limits.memory_bytes().saturating_add(request.limits.scratch_mb << 20);
+        let group = RunGroup::for_run(&request.limits, cgroup_memory);
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+        let mut policy = plan(
             PlanRequest {
                 python,
                 scratch,
                 args,
                 limits: request.limits.clone(),
                 cpu_seconds: rlimits::cpu_seconds(request.timeout),
+                allow_degraded,
             },
             &inspect,
         );
-        let child = helper_command(&self.helper, &policy)
+        #[cfg(target_os = "linux")]
+        {
+            policy.cgroup = group.cgroup().map(|c| policy::Cgroup {
+                dir: c.dir().to_path_buf(),
+                bounds_tasks: c.bounds_tasks,
+                bounds_memory: c.bounds_memory,
+            });
+        }
+        let child = helper_command(&self.helper, &policy)?
             .spawn()
             .map_err(|source| SpawnError::Start { program: self.helper.display().to_string(), source })?;
-        host_runner(child, run_dir)
+        host_runner(child, run_dir, group)
     }
 }
 
-fn helper_command(helper: &Path, policy: &Policy) -> Command {
+fn helper_command(helper: &Path, policy: &Policy) -> Result<Command, SpawnError> {
+    let policy = serde_json::to_string(policy).map_err(|e| SpawnError::Start {
+        program: helper.display().to_string(),
+        source: std::io::Error::other(format!("the sandbox policy cannot be written: {e}")),
+    })?;
     let mut command = runner_command(helper);
-    command.arg(HELPER_SUBCOMMAND).arg(serde_json::to_string(policy).expect("policies serialise"));
-    command
+    command.arg(HELPER_SUBCOMMAND).arg(policy);
+    Ok(command)
 }
 
 #[async_trait]
@@ -84,16 +119,28 @@ impl SandboxBackend for LandlockBackend {
         };
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: PROBE_TIMEOUT };
         let args = crate::python::isolated_args(&format!("print('{PROBE_OUTPUT}')"));
-        let runner = match self.start(python, args, &request) {
+        // The probe may run degraded, to find out which mode this machine gives.
+        let runner = match self.start(python, args, &request, true) {
             Ok(runner) => runner,
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
-        probe_outcome(runner).await
+        match probe_outcome(runner).await {
+            Availability::Degraded { detail, .. } if !self.allow_degraded => {
+                let why = detail.split("; ").find(|layer| layer.starts_with(DEGRADED_LAYER)).unwrap_or(&detail);
+                Availability::Unavailable {
+                    reason: format!(
+                        "only its degraded mode works here ({why}), without {DEGRADED_MISSING}; {DEGRADED_FIX}, or \
+                         set execution.allow_degraded: true to run programs degraded"
+                    ),
+                }
+            }
+            availability => availability,
+        }
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let python = self.python.for_spawn(SandboxKind::Landlock).await?;
-        self.start(python, runner_args(), request)
+        self.start(python, runner_args(), request, self.allow_degraded)
     }
 }
 
@@ -104,13 +151,8 @@ async fn probe_outcome(runner: RunnerProcess) -> Availability {
     let layers = stderr.lines().find_map(|l| l.strip_prefix(LAYERS_PREFIX)).map(str::to_string);
     match layers {
         Some(layers) if probe.completed && probe.stdout.trim() == PROBE_OUTPUT => {
-            if layers.contains("no namespaces") {
-                Availability::Degraded {
-                    detail: layers,
-                    missing: "user namespaces: programs can learn whether host files exist, and the scratch size \
-                              is not limited (enable unprivileged user namespaces)"
-                        .to_string(),
-                }
+            if layers.contains(DEGRADED_LAYER) {
+                Availability::Degraded { detail: layers, missing: format!("{DEGRADED_MISSING} ({DEGRADED_FIX})") }
             } else {
                 Availability::Available { detail: layers }
             }

@@ -11,25 +11,47 @@ use crate::{Limits, Python};
 /// The id the program runs as inside its user namespace.
 pub const SANDBOX_ID: u32 = 1000;
 
+/// Paths travel in the policy's JSON as text when they are UTF-8 and as their bytes otherwise (a `TMPDIR`
+/// or an interpreter anywhere on a Unix file system).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     /// The program's working directory, `HOME` and `TMPDIR`: a sized tmpfs inside the sandbox.
+    #[serde(with = "host_path")]
     pub scratch: PathBuf,
     /// Host paths bound read-only at the same path in the new root.
     pub binds: Vec<Bind>,
     /// Symbolic links recreated in the new root (e.g. `/lib -> usr/lib` on merged-/usr systems).
+    #[serde(with = "host_path::pairs")]
     pub symlinks: Vec<(PathBuf, PathBuf)>,
     /// Directories hidden under an empty read-only tmpfs (installed packages: standard library only).
+    #[serde(with = "host_path::list")]
     pub hidden: Vec<PathBuf>,
     /// The interpreter and its arguments; exec'd last, and the only exec allowed.
+    #[serde(with = "host_path")]
     pub program: PathBuf,
     pub args: Vec<String>,
     pub limits: Limits,
     pub cpu_seconds: u64,
+    /// Without user namespaces, run degraded (Landlock and seccomp only) instead of refusing.
+    pub allow_degraded: bool,
+    /// The run's cgroup, which the helper moves itself into first.
+    #[serde(default)]
+    pub cgroup: Option<Cgroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cgroup {
+    #[serde(with = "host_path")]
+    pub dir: PathBuf,
+    /// Its `pids.max` is the run's task limit.
+    pub bounds_tasks: bool,
+    /// Its `memory.max` is the run's memory limit (no memory rlimits then).
+    pub bounds_memory: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bind {
+    #[serde(with = "host_path")]
     pub path: PathBuf,
     pub access: BindAccess,
 }
@@ -40,8 +62,9 @@ pub enum BindAccess {
     Exec,
     /// Read only (data such as time-zone files).
     Read,
-    /// Read and write (the `/dev/null`-like devices).
-    ReadWrite,
+    /// A device node (`/dev/null` and the like): opened for reading, and for writing if `write`; bound
+    /// read-only like everything else, which leaves the device itself writable but its mode and times not.
+    Device { write: bool },
 }
 
 /// System directories that may hold the loader and the libraries the interpreter links against.
@@ -56,10 +79,11 @@ fn library_candidates(multiarch: &str) -> Vec<PathBuf> {
 }
 
 const DEVICES: [(&str, BindAccess); 4] = [
-    ("/dev/null", BindAccess::ReadWrite),
-    ("/dev/zero", BindAccess::ReadWrite),
-    ("/dev/urandom", BindAccess::Read),
-    ("/dev/random", BindAccess::Read),
+    ("/dev/null", BindAccess::Device { write: true }),
+    // Read-only: a writable shared mapping of /dev/zero would be shared memory outside RLIMIT_DATA.
+    ("/dev/zero", BindAccess::Device { write: false }),
+    ("/dev/urandom", BindAccess::Device { write: false }),
+    ("/dev/random", BindAccess::Device { write: false }),
 ];
 
 /// The time-zone database the standard library's `zoneinfo` reads.
@@ -99,6 +123,7 @@ pub struct PlanRequest<'a> {
     pub args: Vec<String>,
     pub limits: Limits,
     pub cpu_seconds: u64,
+    pub allow_degraded: bool,
 }
 
 /// Plans the sandbox for `request`, looking at host paths with `inspect_path`.
@@ -149,6 +174,74 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
         args: request.args,
         limits: request.limits,
         cpu_seconds: request.cpu_seconds,
+        allow_degraded: request.allow_degraded,
+        cgroup: None,
+    }
+}
+
+/// Serde for paths: a JSON string when UTF-8, else an array of the path's bytes.
+mod host_path {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::{Path, PathBuf};
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// One path in either form.
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr<'a> {
+        Text(std::borrow::Cow<'a, str>),
+        Bytes(Vec<u8>),
+    }
+
+    impl<'a> Repr<'a> {
+        fn of(path: &'a Path) -> Repr<'a> {
+            match path.to_str() {
+                Some(text) => Repr::Text(text.into()),
+                None => Repr::Bytes(path.as_os_str().as_bytes().to_vec()),
+            }
+        }
+
+        fn path(self) -> PathBuf {
+            match self {
+                Repr::Text(text) => PathBuf::from(text.into_owned()),
+                Repr::Bytes(bytes) => PathBuf::from(OsString::from_vec(bytes)),
+            }
+        }
+    }
+
+    pub fn serialize<S: Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+        Repr::of(path).serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<PathBuf, D::Error> {
+        Repr::deserialize(deserializer).map(Repr::path)
+    }
+
+    pub mod list {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(paths: &[PathBuf], serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_seq(paths.iter().map(|p| Repr::of(p)))
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<PathBuf>, D::Error> {
+            Ok(Vec::<Repr>::deserialize(deserializer)?.into_iter().map(Repr::path).collect())
+        }
+    }
+
+    pub mod pairs {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(pairs: &[(PathBuf, PathBuf)], serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_seq(pairs.iter().map(|(a, b)| (Repr::of(a), Repr::of(b))))
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<(PathBuf, PathBuf)>, D::Error> {
+            let pairs = Vec::<(Repr, Repr)>::deserialize(deserializer)?;
+            Ok(pairs.into_iter().map(|(a, b)| (a.path(), b.path())).collect())
+        }
     }
 }
 
@@ -190,6 +283,7 @@ mod tests {
             args: vec!["-I".into()],
             limits: Limits::default(),
             cpu_seconds: 121,
+            allow_degraded: false,
         }
     }
 
@@ -208,9 +302,9 @@ mod tests {
                 ("/usr/lib64", BindAccess::Exec),
                 ("/usr/lib/x86_64-linux-gnu", BindAccess::Exec),
                 ("/usr/share/zoneinfo", BindAccess::Read),
-                ("/dev/null", BindAccess::ReadWrite),
-                ("/dev/zero", BindAccess::ReadWrite),
-                ("/dev/urandom", BindAccess::Read),
+                ("/dev/null", BindAccess::Device { write: true }),
+                ("/dev/zero", BindAccess::Device { write: false }),
+                ("/dev/urandom", BindAccess::Device { write: false }),
             ]
         );
         assert_eq!(policy.symlinks, [("/lib".into(), "usr/lib".into()), ("/lib64".into(), "usr/lib64".into())]);
@@ -231,6 +325,20 @@ mod tests {
     fn the_policy_round_trips_through_json() {
         let py = python("/opt/py", "/opt/py/bin/python3.11");
         let policy = plan(request(&py), &debian);
+        let json = serde_json::to_string(&policy).unwrap();
+        assert!(json.contains("\"scratch\":\"/tmp/run/scratch\""), "UTF-8 paths stay readable: {json}");
+        assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), policy);
+    }
+
+    /// A `TMPDIR` (or any host path) need not be UTF-8; it used to panic the request.
+    #[test]
+    fn paths_that_are_not_utf8_round_trip_too() {
+        use std::os::unix::ffi::OsStrExt;
+        let odd = |path: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(path));
+        let py = python("/opt/py", "/opt/py/bin/python3.11");
+        let mut policy = plan(PlanRequest { scratch: odd(b"/tmp/\xff\xfe/run/scratch"), ..request(&py) }, &debian);
+        policy.hidden.push(odd(b"/opt/\xe9"));
+        policy.symlinks.push((odd(b"/l\xff"), odd(b"t\xff")));
         let json = serde_json::to_string(&policy).unwrap();
         assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), policy);
     }

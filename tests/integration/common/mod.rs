@@ -43,10 +43,14 @@ pub fn config(servers: &[String], execution: &str) -> String {
 }
 
 /// `execution` keys the sandbox under test needs here: for `docker`, the runner image that
-/// ci/docker-setup.sh builds (`PTC_TEST_DOCKER_IMAGE`, default `ptc-mcp-runner:local`).
+/// ci/docker-setup.sh builds (`PTC_TEST_DOCKER_IMAGE`, default `ptc-mcp-runner:local`); for `landlock` with
+/// `PTC_TEST_LANDLOCK_MODE=degraded`, the opt-in to run degraded.
 pub fn sandbox_keys() -> String {
     match sandbox_under_test().as_str() {
         "docker" => format!("  docker:\n    image: {}\n", docker_image()),
+        "landlock" if std::env::var("PTC_TEST_LANDLOCK_MODE").as_deref() == Ok("degraded") => {
+            "  allow_degraded: true\n".to_string()
+        }
         _ => String::new(),
     }
 }
@@ -77,6 +81,15 @@ impl Ptc {
         Ptc::start_logging(config_text, env, None).await
     }
 
+    /// Like [`Ptc::start_with_env`], with values that need not be UTF-8.
+    pub async fn start_with_os_env(config_text: &str, env: &[(&str, &std::ffi::OsStr)]) -> Ptc {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, config_text).unwrap();
+        let workdir = dir.path().to_path_buf();
+        Ptc::launch(&path, &workdir, env, dir, None).await
+    }
+
     /// Like [`Ptc::start_with_env`]; with `log_level`, its log goes at that level to a file that
     /// [`Ptc::log`] reads (otherwise at `warn` to the test's stderr).
     pub async fn start_logging(config_text: &str, env: &[(&str, &str)], log_level: Option<&str>) -> Ptc {
@@ -84,7 +97,8 @@ impl Ptc {
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, config_text).unwrap();
         let workdir = dir.path().to_path_buf();
-        Ptc::launch(&path, &workdir, env, dir, log_level).await
+        let env: Vec<(&str, &std::ffi::OsStr)> = env.iter().map(|(k, v)| (*k, std::ffi::OsStr::new(*v))).collect();
+        Ptc::launch(&path, &workdir, &env, dir, log_level).await
     }
 
     /// Starts the binary on an existing config file, in `workdir`.
@@ -92,7 +106,13 @@ impl Ptc {
         Ptc::launch(config, workdir, &[], tempfile::tempdir().unwrap(), None).await
     }
 
-    async fn launch(config: &Path, workdir: &Path, env: &[(&str, &str)], dir: TempDir, log_level: Option<&str>) -> Ptc {
+    async fn launch(
+        config: &Path,
+        workdir: &Path,
+        env: &[(&str, &std::ffi::OsStr)],
+        dir: TempDir,
+        log_level: Option<&str>,
+    ) -> Ptc {
         let stderr = match log_level {
             Some(_) => Stdio::from(std::fs::File::create(dir.path().join("ptc.log")).unwrap()),
             None => Stdio::inherit(),
