@@ -8,3 +8,4 @@ pub mod lines;
 pub mod naming;
 pub mod registry;
 pub mod server;
+pub mod signatures;

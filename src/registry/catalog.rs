@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
 use crate::config::ToolFilter;
 use crate::naming::namespaced;
+use crate::signatures::Signature;
 
 /// One callable downstream tool.
 pub struct ToolEntry {
@@ -20,6 +21,7 @@ pub struct ToolEntry {
     pub tool: Tool,
     validator: Option<jsonschema::Validator>,
     wrapped: bool,
+    signature: Signature,
 }
 
 impl ToolEntry {
@@ -33,7 +35,14 @@ impl ToolEntry {
         });
         let wrapped = tool.output_schema.as_deref().is_some_and(schema_says_wrapped)
             || tool_meta_says_wrapped(tool.meta.as_ref().map(|m| &m.0));
-        ToolEntry { namespaced: namespaced(server, &tool.name), server: server.to_string(), tool, validator, wrapped }
+        let namespaced = namespaced(server, &tool.name);
+        let signature = Signature::of(&namespaced, &tool, wrapped);
+        ToolEntry { namespaced, server: server.to_string(), tool, validator, wrapped, signature }
+    }
+
+    /// The tool as a Python function.
+    pub fn signature(&self) -> &Signature {
+        &self.signature
     }
 
     pub fn result_shape(&self) -> ResultShape<'_> {
