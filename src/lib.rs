@@ -3,9 +3,11 @@
 //! program prints comes back.
 
 pub mod config;
+pub mod discovery;
 pub mod engine;
 pub mod lines;
 pub mod naming;
 pub mod registry;
+pub mod search;
 pub mod server;
 pub mod signatures;

@@ -291,6 +291,13 @@ class HelperDict(_ReadyAwaitable, dict):
     __slots__ = ()
 
 
+class HelperStr(_ReadyAwaitable, str):
+    __slots__ = ()
+
+
+READY_TYPES = {list: HelperList, dict: HelperDict, str: HelperStr}
+
+
 def make_tool(channel, name):
     async def tool(*args, **kwargs):
         arguments = keyword_args(name, args, kwargs)
@@ -337,7 +344,8 @@ def make_helper(channel, name, doc):
         finally:
             channel.close_request(request_id)
         value = unwrap(box[0])
-        return HelperList(value) if type(value) is list else HelperDict(value) if type(value) is dict else value
+        ready = READY_TYPES.get(type(value))
+        return value if ready is None else ready(value)
 
     helper.__name__ = helper.__qualname__ = name
     helper.__doc__ = doc + " Keyword arguments only; works with or without await; raises ToolError on failure."
@@ -366,8 +374,13 @@ def make_globals(channel, tools, limit):
     namespace.update(
         ToolError=ToolError,
         emit=make_emit(channel, limit),
-        list_callable_tools=make_helper(channel, "list_callable_tools", "List the tools this program may call."),
-        inspect_tool=make_helper(channel, "inspect_tool", "Describe one tool: inspect_tool(tool_name=...)."),
+        list_callable_tools=make_helper(
+            channel, "list_callable_tools",
+            "List the tools this program may call: list_callable_tools(query=None, detail='names', limit=None); "
+            "a query ranks them, detail='signatures' gives their Python signatures."),
+        inspect_tool=make_helper(
+            channel, "inspect_tool",
+            "Describe one tool: inspect_tool(tool_name=..., format='json'); format='python' gives its signature."),
         server_status=make_helper(channel, "server_status", "Report the server's status and budgets."),
     )
     return namespace

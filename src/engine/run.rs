@@ -20,6 +20,7 @@ use super::pool::ReadyRunner;
 use super::report::RunReport;
 use super::trace::{Trace, shorten};
 use crate::config::ExecutionConfig;
+use crate::discovery::{InspectRequest, ListRequest};
 use crate::lines::Line;
 use crate::registry::Registry;
 
@@ -316,14 +317,12 @@ fn json_size<T: serde::Serialize>(value: &T) -> usize {
     serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
 }
 
-/// The introspection helpers available inside programs (not counted against budgets).
+/// The introspection helpers available inside programs (not counted against budgets); they take the
+/// arguments of the MCP tools of the same names.
 fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<Box<RawValue>, String> {
     let value = match name {
-        "list_callable_tools" => Value::from(registry.catalog().names()),
-        "inspect_tool" => match args.get("tool_name") {
-            Some(Value::String(tool)) => registry.inspect(&shorten(tool, MAX_TOOL_NAME))?,
-            _ => return Err("inspect_tool() needs tool_name=<a name from list_callable_tools()>".to_string()),
-        },
+        "list_callable_tools" => ListRequest::parse(args)?.list(&registry.catalog()).into_value(),
+        "inspect_tool" => InspectRequest::parse(args)?.inspect(&registry.catalog())?.into_value(),
         "server_status" => serde_json::to_value(registry.statuses()).expect("statuses serialise"),
         other => return Err(format!("unknown helper '{}'", shorten(other, MAX_TOOL_NAME))),
     };

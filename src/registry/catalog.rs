@@ -2,7 +2,7 @@
 //! connects, re-lists or goes down. Name collisions are detected here and reported, never overwritten.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rmcp::model::Tool;
 use serde_json::{Map, Value};
@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
 use crate::config::ToolFilter;
 use crate::naming::namespaced;
+use crate::search::Index;
 use crate::signatures::Signature;
 
 /// One callable downstream tool.
@@ -90,17 +91,26 @@ pub struct Catalog {
     pub tools: BTreeMap<String, Arc<ToolEntry>>,
     /// One line per name collision: which tools collided and that neither is callable.
     pub collisions: Vec<String>,
+    /// Tools a connected server lists that are not callable, and why (the filter, a collision).
+    pub refused: BTreeMap<String, String>,
+    /// Built on the first search.
+    index: OnceLock<Index>,
 }
 
 impl Catalog {
     /// Builds the catalog from each connected server's listing, keeping only tools the filter permits.
     /// Tools whose namespaced names collide are all left out, and the collision is reported.
     pub fn build(entries: impl IntoIterator<Item = Arc<ToolEntry>>, filter: &ToolFilter) -> Catalog {
-        let mut by_name: BTreeMap<String, Vec<Arc<ToolEntry>>> = BTreeMap::new();
-        for entry in entries.into_iter().filter(|e| filter.permits(&e.namespaced)) {
-            by_name.entry(entry.namespaced.clone()).or_default().push(entry);
-        }
         let mut catalog = Catalog::default();
+        let mut by_name: BTreeMap<String, Vec<Arc<ToolEntry>>> = BTreeMap::new();
+        for entry in entries {
+            match filter.refusal(&entry.namespaced) {
+                Some(why) => {
+                    catalog.refused.insert(entry.namespaced.clone(), why.to_string());
+                }
+                None => by_name.entry(entry.namespaced.clone()).or_default().push(entry),
+            }
+        }
         for (name, mut entries) in by_name {
             if entries.len() == 1 {
                 catalog.tools.insert(name, entries.pop().expect("one entry"));
@@ -108,6 +118,7 @@ impl Catalog {
             }
             let who: Vec<String> =
                 entries.iter().map(|e| format!("'{}' of server '{}'", e.tool.name, e.server)).collect();
+            catalog.refused.insert(name.clone(), format!("{} all map to it", who.join(", ")));
             catalog.collisions.push(format!("{} all map to '{name}'; none of them is callable", who.join(", ")));
         }
         catalog
@@ -115,6 +126,11 @@ impl Catalog {
 
     pub fn names(&self) -> Vec<String> {
         self.tools.keys().cloned().collect()
+    }
+
+    /// The names of the tools that match `query`, best first (see [`Index::rank`]).
+    pub fn search(&self, query: &str) -> Vec<String> {
+        self.index.get_or_init(|| Index::new(self.tools.values().map(Arc::as_ref))).rank(query)
     }
 }
 
@@ -139,6 +155,10 @@ mod tests {
         let catalog = Catalog::build(entries(&[("s", "dup-name"), ("s", "dup_name"), ("s", "ok")]), &ToolFilter::All);
         assert_eq!(catalog.names(), ["mcp__s__ok"]);
         assert_eq!(
+            catalog.refused["mcp__s__dup_name"],
+            "'dup-name' of server 's', 'dup_name' of server 's' all map to it"
+        );
+        assert_eq!(
             catalog.collisions,
             [
                 "'dup-name' of server 's', 'dup_name' of server 's' all map to 'mcp__s__dup_name'; none of them is callable"
@@ -158,6 +178,13 @@ mod tests {
         let config: crate::config::ToolsConfig = serde_yaml_ng::from_str("block: ['mcp__s__secret*']").unwrap();
         let catalog = Catalog::build(entries(&[("s", "secret-thing"), ("s", "public")]), &config.filter().unwrap());
         assert_eq!(catalog.names(), ["mcp__s__public"]);
+        assert_eq!(
+            catalog.refused,
+            BTreeMap::from([("mcp__s__secret_thing".to_string(), "it is blocked by tools.block".to_string())])
+        );
+        let config: crate::config::ToolsConfig = serde_yaml_ng::from_str("allow: ['mcp__s__p*']").unwrap();
+        let catalog = Catalog::build(entries(&[("s", "secret-thing"), ("s", "public")]), &config.filter().unwrap());
+        assert_eq!(catalog.refused["mcp__s__secret_thing"], "it is not in tools.allow");
     }
 
     #[test]

@@ -125,16 +125,6 @@ impl Registry {
         Arc::clone(&self.catalog.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// What `inspect_tool` shows for a namespaced name; `Err` is the seed's `[Tool not found]` message.
-    pub fn inspect(&self, name: &str) -> Result<Value, String> {
-        match self.catalog().tools.get(name) {
-            Some(entry) => Ok(entry.inspection()),
-            None => Err(format!(
-                "[Tool not found] '{name}' is not a callable tool; list_callable_tools gives the exact names"
-            )),
-        }
-    }
-
     /// Waits until every server has finished its first connection attempt, at most until `limit` after
     /// start-up. Lets the first program after start-up see the tools of servers that are still starting;
     /// later ones see at once which servers are still starting.

@@ -8,6 +8,7 @@ mod common;
 
 mod channel;
 mod cli;
+mod discovery;
 mod docker;
 mod downstreams;
 mod escape;
