@@ -78,12 +78,13 @@ impl PtcServer {
         };
         let report = self.engine.execute(code, context.ct.clone()).await;
         let text = report.text(self.engine.settings().trace);
-        let mut result = if report.ok() {
-            CallToolResult::success(vec![ContentBlock::text(text)])
-        } else {
-            CallToolResult::error(vec![ContentBlock::text(text)])
-        };
-        result.structured_content = Some(report.structured());
+        let structured = report.structured();
+        let ok = report.ok();
+        // What show() attached follows the text.
+        let mut content = vec![ContentBlock::text(text)];
+        content.extend(report.attachments);
+        let mut result = if ok { CallToolResult::success(content) } else { CallToolResult::error(content) };
+        result.structured_content = Some(structured);
         result
     }
 }
@@ -198,13 +199,19 @@ const INSPECT_DESCRIPTION: &str = "Show one callable tool's description, input s
 output schema, or with format=\"python\" its Python signature.";
 
 fn execute_description(s: &ExecutionConfig) -> String {
+    let precheck = if s.precheck {
+        "\n- Tool calls are checked before anything runs (names, keywords, literal values, a missing await)."
+    } else {
+        ""
+    };
     format!(
         "Run a Python program in which every downstream MCP tool is an async function. Prefer it over calling \
 tools one at a time when a task needs several calls, loops, or filtering of large results: intermediate results \
 stay in the program and only what it prints comes back.
 - Call tools (mcp__<server>__<tool>, see list_callable_tools) with keyword arguments and await them: \
-rows = await mcp__db__query(sql=\"...\"). Top-level await works; asyncio.gather runs calls concurrently.
-- Results are parsed JSON (dict, list, str, ...); extra text or non-text content is kept under \"_notes\".
+rows = await mcp__db__query(sql=\"...\"). Top-level await works; asyncio.gather runs calls concurrently.{precheck}
+- Results are parsed JSON (dict, list, str, ...); extra text or non-text content is kept under \"_notes\"; \
+show(result) attaches its images and audio to this result.
 - A failing call raises ToolError; catch it to carry on.
 - Only printed output comes back (at most {max_output} bytes); emit(value) also returns one JSON value. \
 list_callable_tools(), inspect_tool() and server_status() work inside programs too.
@@ -227,13 +234,17 @@ mod tests {
         let tools = tool_definitions(&ExecutionConfig::default());
         let size = serde_json::to_vec(&tools).unwrap().len();
         assert!(size < 3000, "the tools/list entries take {size} bytes");
+        let without_precheck = tool_definitions(&ExecutionConfig { precheck: false, ..ExecutionConfig::default() });
+        assert!(serde_json::to_vec(&without_precheck).unwrap().len() < size);
     }
 
     #[test]
     fn the_definitions_name_every_new_argument() {
         let tools = tool_definitions(&ExecutionConfig::default());
         let text = serde_json::to_string(&tools).unwrap();
-        for needle in ["\"query\"", "\"detail\"", "\"limit\"", "\"format\"", "signatures"] {
+        for needle in
+            ["\"query\"", "\"detail\"", "\"limit\"", "\"format\"", "signatures", "show(result)", "checked before"]
+        {
             assert!(text.contains(needle), "{needle} missing");
         }
     }

@@ -15,6 +15,8 @@ import sys
 import tempfile
 import unittest
 
+from runner_source import RUNNER_SOURCE, run_message
+
 SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src" / "docker" / "confine.py").read_text("utf-8")
 namespace = {}
 exec(compile(SOURCE, "confine.py", "exec"), namespace)
@@ -122,13 +124,11 @@ class Installed(unittest.TestCase):
         self.assertEqual((report["nofile"], report["as"]), (64, 1 << 30))
 
     def test_the_runner_still_starts_and_answers(self):
-        runner = (pathlib.Path(__file__).resolve().parent.parent / "src" / "runner.py").read_text("utf-8")
-        source = f"{SOURCE}\nconfine({json.dumps(LIMITS)})\ndel confine\n{runner}"
+        source = f"{SOURCE}\nconfine({json.dumps(LIMITS)})\ndel confine\n{RUNNER_SOURCE}"
         with tempfile.TemporaryDirectory() as home:
             proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", source], env={"HOME": home}, cwd=home,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            run = {"type": "run", "code": "print(6 * 7)", "tools": [], "max_output_bytes": 1000}
-            proc.stdin.write(json.dumps(run).encode() + b"\n")
+            proc.stdin.write(json.dumps(run_message("print(6 * 7)", max_output_bytes=1000)).encode() + b"\n")
             proc.stdin.flush()  # kept open until the end: EOF on the channel ends the runner at once
             messages = []
             for line in proc.stdout:
@@ -138,7 +138,7 @@ class Installed(unittest.TestCase):
             proc.stdin.close()
             err = proc.stderr.read()
             proc.wait(timeout=60)
-        self.assertEqual(messages[0], {"type": "ready", "version": 1}, err)
+        self.assertEqual(messages[0], {"type": "ready", "version": 2}, err)
         self.assertIn({"type": "output", "data": "42\n"}, messages)
         self.assertEqual(messages[-1], {"type": "done", "error": None})
 

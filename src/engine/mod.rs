@@ -1,11 +1,14 @@
 //! Running one program: start a runner in the configured sandbox, hand it the program, serve its tool
 //! calls and helpers through the registry, and enforce every budget and limit here in the server.
 
+mod attachments;
 mod output;
 mod pool;
 mod report;
 mod run;
 mod trace;
+#[cfg(test)]
+mod transcript;
 
 use std::sync::Arc;
 use std::time::Duration;

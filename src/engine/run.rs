@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::attachments::Attachments;
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::RunReport;
@@ -22,7 +23,7 @@ use super::trace::{Trace, shorten};
 use crate::config::ExecutionConfig;
 use crate::discovery::{InspectRequest, ListRequest};
 use crate::lines::Line;
-use crate::registry::Registry;
+use crate::registry::{CallResult, Registry};
 
 /// Messages to the runner waiting to be written; tasks wait when it is full, the loop never does.
 const WRITE_QUEUE: usize = 16;
@@ -84,9 +85,18 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     reader.set_max_len(max_line(cx.settings));
     let mut run = RunState::new(&cx, lines_tx);
 
-    let tools = cx.registry.catalog().names();
-    let start = ToRunner::Run { code: cx.code, tools: &tools, max_output_bytes: cx.settings.max_output_bytes };
+    let catalog = cx.registry.catalog();
+    let down = cx.registry.unavailable_prefixes();
+    let start = ToRunner::Run {
+        code: cx.code,
+        tools: catalog.runner_tools(),
+        not_callable: &catalog.refused,
+        down: &down,
+        precheck: cx.settings.precheck,
+        max_output_bytes: cx.settings.max_output_bytes,
+    };
     let _ = run.lines_tx.send(start.to_line()).await;
+    drop(catalog);
     let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
     let mut channel_open = true;
     let ending = loop {
@@ -156,6 +166,8 @@ struct RunState<'a> {
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
     slots: Arc<Semaphore>,
+    /// The image and audio blocks of results, and those `show()` attached (call tasks keep them).
+    attachments: Arc<Mutex<Attachments>>,
 }
 
 impl<'a> RunState<'a> {
@@ -170,6 +182,10 @@ impl<'a> RunState<'a> {
             trace: Arc::default(),
             work: JoinSet::new(),
             slots: Arc::new(Semaphore::new(cx.settings.max_concurrent_calls)),
+            attachments: Arc::new(Mutex::new(Attachments::new(
+                cx.settings.max_attachments,
+                cx.settings.max_attachment_bytes,
+            ))),
         }
     }
 
@@ -179,6 +195,10 @@ impl<'a> RunState<'a> {
 
     fn trace(&self) -> std::sync::MutexGuard<'_, Trace> {
         self.trace.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn attachments(&self) -> std::sync::MutexGuard<'_, Attachments> {
+        self.attachments.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Answers one message from the runner. `Err` means the message breaks the protocol.
@@ -199,6 +219,14 @@ impl<'a> RunState<'a> {
             FromRunner::Call { id, tool, args } => self.call(id, tool, args)?,
             FromRunner::Helper { id, name, args } => {
                 let line = match helper(self.registry, &name, &args) {
+                    Ok(value) => ToRunner::success(id, &value).to_line(),
+                    Err(error) => ToRunner::failure(id, &error).to_line(),
+                };
+                self.reply(line);
+            }
+            FromRunner::Show { id, call, blocks } => {
+                let answer = self.attachments().show(call, &blocks);
+                let line = match answer.map(|value| to_raw_value(&value).expect("answers serialise")) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
                     Err(error) => ToRunner::failure(id, &error).to_line(),
                 };
@@ -241,17 +269,25 @@ impl<'a> RunState<'a> {
         drop(trace);
         let (registry, trace, slots, lines_tx) =
             (Arc::clone(self.registry), Arc::clone(&self.trace), Arc::clone(&self.slots), self.lines_tx.clone());
+        let attachments = Arc::clone(&self.attachments);
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
             let _slot = slots.acquire_owned().await;
-            let result = registry.call(&tool, args, timeout, max_result).await;
-            let line = match &result {
-                Ok(value) => ToRunner::success(id, value).to_line(),
-                Err(error) => ToRunner::failure(id, error).to_line(),
+            let (line, error) = match registry.call(&tool, args, timeout, max_result).await {
+                Ok(CallResult { value, media }) => {
+                    // Kept before the program can see the result, so that show() finds them.
+                    let placeholders = if media.is_empty() {
+                        Vec::new()
+                    } else {
+                        attachments.lock().unwrap_or_else(|e| e.into_inner()).keep(id, media)
+                    };
+                    (ToRunner::success_with_media(id, &value, &placeholders).to_line(), None)
+                }
+                Err(error) => (ToRunner::failure(id, &error).to_line(), Some(error)),
             };
             // Recorded before the program can see the result: a call it got an answer to is never reported
             // as cancelled.
-            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, result.err(), Instant::now());
+            trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, error, Instant::now());
             let _ = lines_tx.send(line).await;
         });
         Ok(())
@@ -267,6 +303,8 @@ impl<'a> RunState<'a> {
 
     fn into_report(self, ending: Ending, settings: &ExecutionConfig) -> RunReport {
         let mut trace = std::mem::take(&mut *self.trace());
+        // Call tasks are aborted by now, but one may still hold a clone of the Arc: take the blocks out.
+        let attachments = std::mem::replace(&mut *self.attachments(), Attachments::new(0, 0)).into_blocks();
         let cancelled = trace.cancel_in_flight();
         let in_flight = if cancelled > 0 {
             format!("; {cancelled} tool call(s) still running were cancelled")
@@ -297,7 +335,7 @@ impl<'a> RunState<'a> {
         // reply stays within max_output_bytes and a small margin whatever the program does.
         let taken = error.as_ref().map_or(0, String::len) + self.result.as_ref().map_or(0, json_size);
         let output = self.output.finish(budget.saturating_sub(taken));
-        RunReport { output, result: self.result, error, trace }
+        RunReport { output, result: self.result, error, trace, attachments }
     }
 }
 

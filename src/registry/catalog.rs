@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::Tool;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
@@ -23,6 +24,8 @@ pub struct ToolEntry {
     validator: Option<jsonschema::Validator>,
     wrapped: bool,
     signature: Signature,
+    /// The tool as the runner's `run` message carries it, serialised once.
+    runner_spec: Box<RawValue>,
 }
 
 impl ToolEntry {
@@ -38,7 +41,8 @@ impl ToolEntry {
             || tool_meta_says_wrapped(tool.meta.as_ref().map(|m| &m.0));
         let namespaced = namespaced(server, &tool.name);
         let signature = Signature::of(&namespaced, &tool, wrapped);
-        ToolEntry { namespaced, server: server.to_string(), tool, validator, wrapped, signature }
+        let runner_spec = serde_json::value::to_raw_value(&signature.runner_spec()).expect("specs serialise");
+        ToolEntry { namespaced, server: server.to_string(), tool, validator, wrapped, signature, runner_spec }
     }
 
     /// The tool as a Python function.
@@ -95,6 +99,8 @@ pub struct Catalog {
     pub refused: BTreeMap<String, String>,
     /// Built on the first search.
     index: OnceLock<Index>,
+    /// The `tools` of the runner's `run` message, built for the first run.
+    runner_tools: OnceLock<Box<RawValue>>,
 }
 
 impl Catalog {
@@ -126,6 +132,14 @@ impl Catalog {
 
     pub fn names(&self) -> Vec<String> {
         self.tools.keys().cloned().collect()
+    }
+
+    /// Every callable tool as the runner's `run` message lists them (a JSON array).
+    pub fn runner_tools(&self) -> &RawValue {
+        self.runner_tools.get_or_init(|| {
+            let specs: Vec<&str> = self.tools.values().map(|entry| entry.runner_spec.get()).collect();
+            RawValue::from_string(format!("[{}]", specs.join(","))).expect("an array of JSON objects is JSON")
+        })
     }
 
     /// The names of the tools that match `query`, best first (see [`Index::rank`]).

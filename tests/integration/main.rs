@@ -7,6 +7,7 @@ mod harness;
 mod common;
 
 mod channel;
+mod checks;
 mod cli;
 mod discovery;
 mod docker;
@@ -15,6 +16,7 @@ mod escape;
 mod execute;
 mod pool;
 mod registry;
+mod show;
 mod thirdparty;
 mod transports;
 
