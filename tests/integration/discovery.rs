@@ -110,3 +110,54 @@ async fn the_three_definitions_stay_under_3000_bytes_on_the_wire() {
     let size = serde_json::to_vec(&tools).unwrap().len();
     assert!(size < 3000, "the tools/list entries take {size} bytes");
 }
+
+/// What a call costs the model, in bytes: the arguments it writes (compact JSON) and the text it reads back.
+async fn cost(ptc: &Ptc, calls: &[(&str, Value)]) -> (usize, usize) {
+    let mut written = 0;
+    let mut read = 0;
+    for (tool, arguments) in calls {
+        let result = ptc.call(tool, arguments.clone()).await;
+        assert_ne!(result.is_error, Some(true), "{tool}: {}", text_block(&result, 0));
+        written += serde_json::to_vec(arguments).unwrap().len();
+        read += result.content.iter().filter_map(|b| b.as_text()).map(|t| t.text.len()).sum::<usize>();
+    }
+    (written, read)
+}
+
+/// The issue's measure: the README task, discovered the seed's way (list every name, inspect the tool, run)
+/// and with a query for signatures (then run), on the demo server. What comes back costs at most 60 % of
+/// today's, and every parameter description is still there.
+#[apply(integration_test!)]
+async fn the_readme_task_is_discovered_for_at_most_60_percent_of_the_bytes() {
+    let ptc = demo().await;
+    let code = "tickers = [\"AMZN\", \"MSFT\", \"GOOG\"]\nfor t in tickers:\n    data = await \
+                mcp__financial_data__query_financials(ticker=t, statement=\"income\", period=\"quarter\", limit=4)\n    \
+                revenues = [q[\"revenue\"] for q in data]\n    print(f\"{t}: \" + \" → \".join(f\"${r/1e9:.1f}B\" for r in revenues))";
+    let execute = ("execute_program", json!({"code": code}));
+    let name = "mcp__financial_data__query_financials";
+    let today = [("list_callable_tools", json!({})), ("inspect_tool", json!({"tool_name": name})), execute.clone()];
+    let query = json!({"query": "quarterly revenue", "detail": "signatures", "limit": 2});
+    let with_signatures = [("list_callable_tools", query.clone()), execute];
+    let (today_written, today_read) = cost(&ptc, &today).await;
+    let (new_written, new_read) = cost(&ptc, &with_signatures).await;
+    let ratio = new_read as f64 / today_read as f64;
+    let with_arguments = (new_written + new_read) as f64 / (today_written + today_read) as f64;
+    eprintln!(
+        "README task discovery: results {today_read} B -> {new_read} B ({:.1} %); with the arguments written \
+         {} B -> {} B ({:.1} %)",
+        ratio * 100.0,
+        today_written + today_read,
+        new_written + new_read,
+        with_arguments * 100.0
+    );
+    assert!(ratio <= 0.6, "{new_read} B is {:.1} % of {today_read} B", ratio * 100.0);
+
+    let listing = text_block(&ptc.call("list_callable_tools", query).await, 0);
+    let inspection: Value =
+        serde_json::from_str(&text_block(&ptc.call("inspect_tool", json!({"tool_name": name})).await, 0)).unwrap();
+    for (key, property) in inspection["inputSchema"]["properties"].as_object().unwrap() {
+        let description = property["description"].as_str().unwrap();
+        assert!(listing.contains(description), "the description of {key} is missing:\n{listing}");
+    }
+    assert!(listing.contains(inspection["description"].as_str().unwrap()));
+}
