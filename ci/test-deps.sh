@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the third-party MCP pieces the integration tests talk to, into one directory:
 #   venv/  a Python venv with the official MCP Python SDK (`mcp`, 2.x) and `mcp-server-time`
-#   npm/   @modelcontextprotocol/server-memory and @modelcontextprotocol/server-everything
+#   npm/   @modelcontextprotocol/server-memory, @modelcontextprotocol/server-everything and
+#          @modelcontextprotocol/server-filesystem
 #
 # Usage: ci/test-deps.sh [DIR]        (DIR defaults to <repo>/target/test-deps)
 #        eval "$(ci/test-deps.sh)"    (stdout carries only the `export NAME=value` lines)
@@ -18,6 +19,8 @@
 #                               MEMORY_FILE_PATH to a temp file, or it writes into DIR/npm)
 #   PTC_TEST_EVERYTHING_SERVER  server-everything's JS entry point, run with `node` (stdio by default;
 #                               `streamableHttp` or `sse` as its argument serves HTTP on $PORT)
+#   PTC_TEST_FILESYSTEM_SERVER  server-filesystem's JS entry point, run with `node DIR...` (the directories
+#                               it may read and write)
 set -euo pipefail
 
 # Pins, all verified together (Python 3.11, Node 20). mcp-server-time 2026.x requires mcp>=2.3,<3,
@@ -26,6 +29,7 @@ MCP_VERSION=2.3.0
 MCP_SERVER_TIME_VERSION=2026.10.19
 SERVER_MEMORY_VERSION=2026.8.31
 SERVER_EVERYTHING_VERSION=2026.8.31
+SERVER_FILESYSTEM_VERSION=2026.8.31
 
 log() { printf 'test-deps: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -97,9 +101,25 @@ else
     printf '%s' "$npm_pins" >"$npm_stamp"
 fi
 
+# server-filesystem has its own stamp: adding it leaves the install above (and its stamp) as it was.
+filesystem_pin="@modelcontextprotocol/server-filesystem@$SERVER_FILESYSTEM_VERSION"
+filesystem_stamp=$npm_dir/.ptc-test-deps-filesystem
+filesystem_js=$npm_dir/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
+
+if [[ -f $filesystem_stamp && $(<"$filesystem_stamp") == "$filesystem_pin" && -f $filesystem_js ]]; then
+    log "npm: $filesystem_pin already in $npm_dir"
+else
+    log "npm: installing $filesystem_pin"
+    rm -f "$filesystem_stamp"
+    npm install --prefix "$npm_dir" --no-audit --no-fund --save-exact "$filesystem_pin" >&2
+    [[ -f $filesystem_js ]] || die "$filesystem_js missing after install"
+    printf '%s' "$filesystem_pin" >"$filesystem_stamp"
+fi
+
 # --- the environment the tests read ---------------------------------------------------------
 printf 'export %s=%q\n' \
     PTC_TEST_SDK_PYTHON "$venv/bin/python" \
     PTC_TEST_TIME_SERVER "$venv/bin/mcp-server-time" \
     PTC_TEST_MEMORY_SERVER "$memory_js" \
-    PTC_TEST_EVERYTHING_SERVER "$everything_js"
+    PTC_TEST_EVERYTHING_SERVER "$everything_js" \
+    PTC_TEST_FILESYSTEM_SERVER "$filesystem_js"
