@@ -215,19 +215,38 @@ def short_repr(value):
 # --- the check before the program runs -----------------------------------------------------------------
 
 def precheck(code, toolbox):
-    """Every certain mistake in the program's tool calls, as `line L: ...` strings in line order; [] when
-    there is none or the program does not parse (running it reports the SyntaxError as usual)."""
+    """(findings, tree): every certain mistake in the program's tool calls, as `line L: ...` strings in line
+    order, and the program's syntax tree for compiling it (parsed once for both). ([], None) when the program
+    does not parse: running it reports the SyntaxError as usual."""
     try:
         tree = ast.parse(code, "<program>")
     except Exception:  # SyntaxError, or a program too deep or too large for the parser
-        return []
-    return Precheck(toolbox).run(tree)
+        return [], None
+    if "mcp__" not in code:  # no tool, nothing to check
+        return [], tree
+    return Precheck(toolbox).run(tree), tree
+
+
+# Fields that never hold a node worth visiting: names and operators (a Load/Store context or an operator is a
+# node of its own, and every Name has one: skipping them saves a third of the walk).
+SKIPPED_FIELDS = {"ctx", "op", "ops", "id", "arg", "attr", "name", "names", "module", "level", "kind",
+                  "conversion", "is_async", "type_comment", "type_ignores", "asname", "rest"}
+CHILD_FIELDS = {}  # node class -> the fields of it to visit
+
+
+def child_fields(kind):
+    fields = CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = CHILD_FIELDS[kind] = () if kind is ast.Constant else \
+            tuple(f for f in kind._fields if f not in SKIPPED_FIELDS)
+    return fields
 
 
 class Precheck:
     def __init__(self, toolbox):
         self.toolbox = toolbox
-        self.parents = {}
+        self.tree = None
+        self.parents = {}  # Name and Call nodes -> the node each is in
         self.bindings = {}  # name -> how many times the program binds it
         self.loads = {}  # name -> the nodes that read it
         self.strings = set()  # string constants, for names a program looks up by name
@@ -235,6 +254,7 @@ class Precheck:
         self.findings = []
 
     def run(self, tree):
+        self.tree = tree
         calls = self.index(tree)
         for node in self.loads_of_tools():
             self.check_name(node)
@@ -248,47 +268,56 @@ class Precheck:
         return unique
 
     def index(self, tree):
-        """One pass: parents, bindings, loads, string constants, and the calls of tools."""
+        """One pass: bindings, loads, string constants, the calls of tools, and the parents of names and calls.
+        (A stack of nodes, parents noted only where needed: this walk is most of the check's cost.)"""
         calls = []
         stack = [tree]
-        parents = self.parents
+        push, pop = stack.append, stack.pop
+        parents, loads, bind = self.parents, self.loads, self.bind
+        node_class, name_class, call_class, load_class = ast.AST, ast.Name, ast.Call, ast.Load
         while stack:
-            node = stack.pop()
-            for child in ast.iter_child_nodes(node):
-                parents[child] = node
-                stack.append(child)
-            kind = type(node)
-            if kind is ast.Name:
-                if type(node.ctx) is ast.Load:
-                    self.loads.setdefault(node.id, []).append(node)
+            node = pop()
+            kind = node.__class__
+            for field in child_fields(kind):
+                value = getattr(node, field, None)
+                children = value if value.__class__ is list else (value,)
+                for child in children:
+                    if isinstance(child, node_class):
+                        push(child)
+                        if child.__class__ is name_class or child.__class__ is call_class:
+                            parents[child] = node
+            if kind is name_class:
+                if node.ctx.__class__ is load_class:
+                    loads.setdefault(node.id, []).append(node)
                     if node.id in DYNAMIC_NAMES:
                         self.dynamic = True
                 else:
-                    self.bind(node.id)
-            elif kind is ast.Call:
-                if type(node.func) is ast.Name and node.func.id.startswith("mcp__"):
+                    bind(node.id)
+            elif kind is call_class:
+                if node.func.__class__ is name_class and node.func.id.startswith("mcp__"):
                     calls.append(node)
             elif kind is ast.Constant:
-                if type(node.value) is str and node.value.startswith("mcp__"):
+                if node.value.__class__ is str and node.value.startswith("mcp__"):
                     self.strings.add(node.value)
+            elif kind is ast.Attribute:
+                if node.attr in DYNAMIC_NAMES:
+                    self.dynamic = True
             elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-                self.bind(node.name)
+                bind(node.name)
             elif kind is ast.arg:
-                self.bind(node.arg)
+                bind(node.arg)
             elif kind in (ast.Import, ast.ImportFrom):
                 for alias in node.names:
-                    self.bind((alias.asname or alias.name).split(".")[0])
+                    bind((alias.asname or alias.name).split(".")[0])
             elif kind in (ast.Global, ast.Nonlocal):
                 for name in node.names:
-                    self.bind(name)
+                    bind(name)
             elif kind is ast.ExceptHandler and node.name:
-                self.bind(node.name)
-            elif kind is ast.Attribute and node.attr in DYNAMIC_NAMES:
-                self.dynamic = True
+                bind(node.name)
             elif kind.__name__ in ("MatchAs", "MatchStar") and node.name:  # 3.10+ pattern captures
-                self.bind(node.name)
+                bind(node.name)
             elif kind.__name__ == "MatchMapping" and node.rest:
-                self.bind(node.rest)
+                bind(node.rest)
         return calls
 
     def bind(self, name):
@@ -313,13 +342,23 @@ class Precheck:
 
     def catches_name_error(self, node):
         """Whether `node` lies in a `try` body with a handler for NameError (or any exception)."""
-        child, parent = node, self.parents.get(node)
-        while parent is not None:
+        path = self.path_to(node)
+        for parent, child in zip(path, path[1:]):
             if type(parent) is ast.Try or type(parent).__name__ == "TryStar":
                 if child in parent.body and any(self.handles_name_error(h.type) for h in parent.handlers):
                     return True
-            child, parent = parent, self.parents.get(parent)
         return False
+
+    def path_to(self, target):
+        """The nodes from the module down to `target` (found again: only names that are no tool need it)."""
+        stack = [(self.tree, (self.tree,))]
+        while stack:
+            node, path = stack.pop()
+            if node is target:
+                return path
+            for child in ast.iter_child_nodes(node):
+                stack.append((child, path + (child,)))
+        return ()
 
     @staticmethod
     def handles_name_error(handler_type):
@@ -391,8 +430,15 @@ class Precheck:
 NOT_LITERAL = object()
 
 
+LITERAL_CONTAINERS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.UnaryOp, ast.BinOp)
+
+
 def literal(node):
     """The value of a literal expression (constants, containers of them, negative numbers), else NOT_LITERAL."""
+    if node.__class__ is ast.Constant:  # most arguments: no need for literal_eval's walk
+        return node.value
+    if not isinstance(node, LITERAL_CONTAINERS):
+        return NOT_LITERAL
     try:
         return ast.literal_eval(node)
     except Exception:

@@ -514,12 +514,14 @@ def make_globals(channel, toolbox, book, limit):
     return namespace
 
 
-def run_program(code, namespace, limit, teach):
-    """Run the program; return None on success, else the `done` error object (its text within `limit`).
-    teach(exc) adds what the runner knows to an error's message."""
+def run_program(code, tree, namespace, limit, teach):
+    """Run the program (from its syntax tree when the check already parsed it); return None on success, else
+    the `done` error object (its text within `limit`). teach(exc) adds what the runner knows to an error's
+    message."""
     register_source(code)
     try:
-        compiled = compile(code, PROGRAM, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        source = code if tree is None else tree
+        compiled = compile(source, PROGRAM, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         result = eval(compiled, namespace)
         if asyncio.iscoroutine(result):  # the program uses top-level await
             run_coroutine(result)
@@ -633,13 +635,16 @@ def make_teacher(toolbox, book):
 
 
 def checked(run):
-    """The `done` error for a program whose tool calls cannot all work, None to run it."""
-    findings = precheck(run.code, run.toolbox) if run.precheck else []
+    """(error, tree): the `done` error for a program whose tool calls cannot all work (None to run it), and
+    the syntax tree the check parsed (None without the check, or if the program does not parse)."""
+    if not run.precheck:
+        return None, None
+    findings, tree = precheck(run.code, run.toolbox)
     if not findings:
-        return None
+        return None, tree
     lines = "\n".join(findings)
     return {"kind": "PrecheckError",
-            "message": clip(f"{lines}\n(checked before running: nothing ran, no tool was called)\n", run.limit)}
+            "message": clip(f"{lines}\n(checked before running: nothing ran, no tool was called)\n", run.limit)}, tree
 
 
 def finish(channel, drain, streams, error):
@@ -669,11 +674,11 @@ def main():
         channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
                      last=True)
         os._exit(0)
-    error = checked(run)
+    error, tree = checked(run)
     if error is None:
         book = CallBook()
         namespace = make_globals(channel, run.toolbox, book, run.limit)
-        error = run_program(run.code, namespace, run.limit, make_teacher(run.toolbox, book))
+        error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book))
     finish(channel, drain, streams, error)
 
 

@@ -35,7 +35,7 @@ def toolbox():
 
 
 def findings(code):
-    return checks.precheck(textwrap.dedent(code), toolbox())
+    return checks.precheck(textwrap.dedent(code), toolbox())[0]
 
 
 class SignatureTest(unittest.TestCase):
@@ -160,7 +160,7 @@ class PrecheckTest(unittest.TestCase):
             programs["match capture"] = ("match 1:\n    case mcp__demo__zz:\n        print(mcp__demo__zz)")
         for name, code in programs.items():
             with self.subTest(name):
-                self.assertEqual(checks.precheck(code, toolbox()), [])
+                self.assertEqual(checks.precheck(code, toolbox())[0], [])
 
     def test_json_equality_tells_booleans_from_numbers(self):
         self.assertTrue(checks.json_equal(1, 1.0))
@@ -168,7 +168,7 @@ class PrecheckTest(unittest.TestCase):
         self.assertTrue(checks.json_equal({"a": [1, (2,)]}, {"a": [1, [2]]}))
 
     def test_a_deep_or_huge_program_is_left_to_run_time(self):
-        self.assertEqual(checks.precheck("x = " + "(" * 5000 + ")" * 5000, toolbox()), [])
+        self.assertEqual(checks.precheck("x = " + "(" * 5000 + ")" * 5000, toolbox()), ([], None))
 
     def test_the_signature_objects_render_like_python(self):
         self.assertEqual(repr(checks.OMITTED), "...")
