@@ -38,7 +38,7 @@ pub enum FromRunner {
     Show {
         id: u64,
         call: u64,
-        blocks: Vec<usize>,
+        blocks: BlockIndices,
     },
     Emit {
         value: Value,
@@ -46,6 +46,39 @@ pub enum FromRunner {
     Done {
         error: Option<ProgramError>,
     },
+}
+
+/// The block indices of a `show`: at most [`BlockIndices::MAX`] are kept; more can only be forged, and the
+/// rest are read and dropped, so a line full of indices costs no more memory than a short one.
+#[derive(Debug, PartialEq, Default)]
+pub struct BlockIndices(pub Vec<usize>);
+
+impl BlockIndices {
+    pub const MAX: usize = 1024;
+}
+
+impl<'de> Deserialize<'de> for BlockIndices {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Indices;
+        impl<'de> serde::de::Visitor<'de> for Indices {
+            type Value = BlockIndices;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of block indices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<BlockIndices, A::Error> {
+                let mut kept = Vec::new();
+                while kept.len() < BlockIndices::MAX {
+                    match seq.next_element()? {
+                        Some(index) => kept.push(index),
+                        None => return Ok(BlockIndices(kept)),
+                    }
+                }
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(BlockIndices(kept))
+            }
+        }
+        deserializer.deserialize_seq(Indices)
+    }
 }
 
 /// Why a program failed, as the runner saw it.
@@ -147,7 +180,7 @@ mod tests {
             (r#"{"type":"ready","version":2}"#, FromRunner::Ready { version: 2 }),
             (
                 r#"{"type":"show","id":4,"call":3,"blocks":[0,2]}"#,
-                FromRunner::Show { id: 4, call: 3, blocks: vec![0, 2] },
+                FromRunner::Show { id: 4, call: 3, blocks: BlockIndices(vec![0, 2]) },
             ),
             (r#"{"type":"output","data":"hi\n"}"#, FromRunner::Output { data: "hi\n".into() }),
             (
@@ -170,6 +203,15 @@ mod tests {
         for (line, expected) in cases {
             assert_eq!(FromRunner::parse(line.as_bytes()).unwrap(), expected, "{line}");
         }
+    }
+
+    #[test]
+    fn a_show_keeps_at_most_1024_indices_however_many_it_names() {
+        let indices: Vec<String> = (0..100_000).map(|i| (i % 7).to_string()).collect();
+        let line = format!(r#"{{"type":"show","id":1,"call":1,"blocks":[{}]}}"#, indices.join(","));
+        let Ok(FromRunner::Show { blocks, .. }) = FromRunner::parse(line.as_bytes()) else { panic!("parses") };
+        assert_eq!(blocks.0.len(), BlockIndices::MAX);
+        assert!(FromRunner::parse(br#"{"type":"show","id":1,"call":1,"blocks":[1,"x"]}"#).is_err());
     }
 
     #[test]

@@ -10,9 +10,6 @@ use serde_json::{Value, json};
 
 use crate::registry::result::Media;
 
-/// More block indices than this in one `show` can only be forged; the rest are ignored.
-const MAX_BLOCKS_SHOWN: usize = 1024;
-
 /// One kept block, or why it is not kept.
 enum Kept {
     Block(Media),
@@ -104,7 +101,8 @@ impl Attachments {
         let Some(kept) = self.kept.get_mut(&call) else {
             return Err(format!("show(): call {call} returned no image or audio"));
         };
-        let wanted: BTreeSet<usize> = blocks.iter().copied().take(MAX_BLOCKS_SHOWN).collect();
+        // The protocol reads at most 1024 indices (BlockIndices); the same one twice is attached once.
+        let wanted: BTreeSet<usize> = blocks.iter().copied().collect();
         let (mut attached, mut left_out) = (0, Vec::new());
         for index in wanted {
             let Some(slot) = kept.get_mut(index) else {

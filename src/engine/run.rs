@@ -225,7 +225,7 @@ impl<'a> RunState<'a> {
                 self.reply(line);
             }
             FromRunner::Show { id, call, blocks } => {
-                let answer = self.attachments().show(call, &blocks);
+                let answer = self.attachments().show(call, &blocks.0);
                 let line = match answer.map(|value| to_raw_value(&value).expect("answers serialise")) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
                     Err(error) => ToRunner::failure(id, &error).to_line(),
