@@ -68,7 +68,7 @@ impl Index {
             .docs
             .iter()
             .filter_map(|doc| {
-                let tier = if doc.names.iter().any(|n| *n == whole) {
+                let tier = if doc.names.contains(&whole) {
                     0
                 } else if whole.len() >= 2 && doc.names.iter().any(|n| n.starts_with(&whole)) {
                     1
@@ -145,10 +145,8 @@ fn terms(text: &str) -> Vec<String> {
     let mut word = String::new();
     let mut previous_lower = false;
     for c in text.chars() {
-        if !c.is_alphanumeric() || (c.is_uppercase() && previous_lower) {
-            if !word.is_empty() {
-                words.push(std::mem::take(&mut word));
-            }
+        if (!c.is_alphanumeric() || (c.is_uppercase() && previous_lower)) && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
         }
         if c.is_alphanumeric() {
             word.extend(c.to_lowercase());

@@ -95,8 +95,8 @@ impl ServerHandler for PtcServer {
             .with_server_info(Implementation::new("ptc-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Programmatic tool calling: write one Python program that calls the downstream MCP tools as async \
-                 functions and prints only what you need. Start with list_callable_tools, check a tool with \
-                 inspect_tool, then run the program with execute_program.",
+                 functions and prints only what you need. Find tools with list_callable_tools (query=\"what you \
+                 need\", detail=\"signatures\" shows their arguments), then run the program with execute_program.",
             )
     }
 

@@ -12,7 +12,7 @@ use crate::registry::result::Media;
 
 /// One kept block, or why it is not kept.
 enum Kept {
-    Block(Media),
+    Block(Box<Media>),
     /// Larger than `max_attachment_bytes` on its own.
     TooLarge {
         what: String,
@@ -68,7 +68,7 @@ impl Attachments {
                 continue;
             }
             self.kept_bytes += bytes;
-            kept.push(Kept::Block(block));
+            kept.push(Kept::Block(Box::new(block)));
         }
         self.kept.insert(call, kept);
         self.order.push(call);

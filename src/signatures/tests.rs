@@ -58,10 +58,8 @@ fn signatures_match_their_golden_files() {
     assert!(stale.is_empty(), "signatures differ from {stale:?}; PTC_UPDATE_GOLDEN=1 rewrites them (review the diff)");
 }
 
-#[test]
-fn every_signature_is_valid_python() {
-    let sources: Vec<String> =
-        all_fixtures().iter().flat_map(|(_, tools)| tools.iter().map(|t| t.signature().render())).collect();
+/// Parses every source with Python's `ast.parse`; fails naming those that do not parse.
+fn assert_parses(sources: &[String]) {
     let check = "import ast, json, sys\n\
                  bad = []\n\
                  for source in json.load(sys.stdin):\n\
@@ -76,11 +74,53 @@ fn every_signature_is_valid_python() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3 runs (the runner needs it too)");
-    serde_json::to_writer(child.stdin.take().unwrap(), &sources).unwrap();
+    serde_json::to_writer(child.stdin.take().unwrap(), sources).unwrap();
     let output = child.wait_with_output().unwrap();
     let report = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success() && report.starts_with("0\n"), "{report}");
+}
+
+#[test]
+fn every_signature_is_valid_python() {
+    let sources: Vec<String> =
+        all_fixtures().iter().flat_map(|(_, tools)| tools.iter().map(|t| t.signature().render())).collect();
     assert!(sources.len() > 60, "only {} signatures checked", sources.len());
+    assert_parses(&sources);
+}
+
+/// Schemas made of the text that breaks generated code (quotes, backslashes, line breaks, NUL, keywords,
+/// brackets) in every place a schema can put text: still valid Python, every one.
+#[test]
+fn hostile_schemas_still_give_valid_python() {
+    const PIECES: &[&str] = &[
+        "\"", "'", "\\", "\n", "\r", "\t", "\0", "#", "\u{2028}", "\u{85}", "\u{7f}", "é", "{", "}", "\"\"\"", "a",
+        "_", " ", "-", "1", "class", "from", "None", ":", ")", "(", "*", "=", "$ref", "#/$defs/",
+    ];
+    let mut rng = fastrand::Rng::with_seed(11);
+    let mut text = || (0..rng.usize(0..10)).map(|_| PIECES[rng.usize(..PIECES.len())]).collect::<String>();
+    let mut sources = Vec::new();
+    for _ in 0..300 {
+        let (def, key, nested_key) = (text(), text(), text());
+        let property = json!({
+            "description": text(), "title": text(), "pattern": text(), "format": text(),
+            "enum": [text(), text(), 1, null], "default": text(),
+        });
+        let schema = json!({
+            "type": "object",
+            "$defs": {def.clone(): {"type": "object", "description": text(), "properties": {nested_key.clone(): {"type": "string", "description": text()}}}},
+            "properties": {
+                key.clone(): property,
+                text(): {"$ref": format!("#/$defs/{def}"), "description": text()},
+                text(): {"type": "object", "description": text(), "properties": {nested_key: {"const": text()}}},
+                text(): {"anyOf": [{"type": "string"}, {"$ref": format!("#/$defs/{}", text())}, {"const": text()}]},
+            },
+            "required": [key],
+        });
+        let output = json!({"type": "object", "description": text(), "properties": {text(): {"description": text()}}});
+        let tool = json!({"name": text(), "title": text(), "description": text(), "inputSchema": schema, "outputSchema": output});
+        sources.push(ToolEntry::new(&text(), serde_json::from_value(tool).unwrap()).signature().render());
+    }
+    assert_parses(&sources);
 }
 
 fn tool(value: Value) -> ToolEntry {
