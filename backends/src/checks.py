@@ -57,7 +57,7 @@ class ToolSpec:
         self.params = spec["params"]
         self.by_name = {p["name"]: p for p in self.params}
         self.keys = {p.get("key", p["name"]): p for p in self.params}
-        self.extra = spec.get("extra")
+        self.extra = spec.get("extra")  # {"name", "annotation"} of `**extra`, if the tool takes more keys
         self.doc = spec.get("doc") or f"async def {self.name}(**kwargs) -> Any"
         self.required = [p["name"] for p in self.params if p["required"]]
         self.signature = self._signature(spec.get("returns", "Any"))
@@ -70,8 +70,8 @@ class ToolSpec:
                                             else p.get("default", OMITTED))
                           for p in self.params]
             if self.extra is not None:
-                parameters.append(inspect.Parameter("extra", inspect.Parameter.VAR_KEYWORD,
-                                                    annotation=Annotation(self.extra)))
+                parameters.append(inspect.Parameter(self.extra["name"], inspect.Parameter.VAR_KEYWORD,
+                                                    annotation=Annotation(self.extra["annotation"])))
             return inspect.Signature(parameters, return_annotation=Annotation(returns))
         except (ValueError, TypeError):  # a name Python cannot take: the call checks still apply
             return inspect.Signature([inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])

@@ -8,7 +8,7 @@ RUNNER_SOURCE = (SRC / "checks.py").read_text("utf-8") + "\n" + (SRC / "runner.p
 
 def open_tool(name):
     """A tool whose schema names no parameters: it takes any keyword arguments."""
-    return {"name": name, "params": [], "extra": "Any", "returns": "Any",
+    return {"name": name, "params": [], "extra": {"name": "extra", "annotation": "Any"}, "returns": "Any",
             "doc": f"async def {name}(\n    **extra: Any,  # more keys are allowed\n) -> Any:\n    ...\n"}
 
 

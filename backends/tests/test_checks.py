@@ -25,7 +25,8 @@ QUERY = {
     "returns": "Any",
     "doc": "async def mcp__demo__query(...)",
 }
-OPEN = {"name": "mcp__demo__open", "params": [], "extra": "Any", "returns": "Any", "doc": ""}
+OPEN = {"name": "mcp__demo__open", "params": [], "extra": {"name": "extra", "annotation": "Any"}, "returns": "Any",
+        "doc": ""}
 NONE = {"name": "mcp__demo__list", "params": [], "returns": "Any", "doc": ""}
 
 

@@ -28,11 +28,19 @@ pub struct Signature {
     pub name: String,
     pub description: String,
     pub params: Vec<Param>,
-    /// `**kwargs` and their annotation, when the schema allows keys it does not list.
-    pub extra: Option<String>,
+    /// `**extra`, when the schema allows keys it does not list.
+    pub extra: Option<Extra>,
     /// The return annotation, `None` without an output schema (then `Any`, with a note).
     pub returns: Option<String>,
     typed_dicts: Vec<TypedDictDef>,
+}
+
+/// The `**` parameter of a tool that takes keys its schema does not list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Extra {
+    /// `extra`, with `_`s added if a parameter has that name.
+    pub name: String,
+    pub annotation: String,
 }
 
 /// One keyword argument.
@@ -69,7 +77,13 @@ impl Signature {
         let mut converter = Converter::new(&input);
         let fields = converter.fields(&input, "");
         let params = parameters(fields, &converter);
-        let extra = extra_keys(&input, &converter).map(|schema| converter.annotation(&schema, "Extra"));
+        let extra = extra_keys(&input, &converter).map(|schema| {
+            let mut name = "extra".to_string();
+            while params.iter().any(|p| p.name == name) {
+                name.push('_');
+            }
+            Extra { name, annotation: converter.annotation(&schema, "Extra") }
+        });
         let output = tool.output_schema.as_ref().map(|schema| Value::Object(schema.as_ref().clone()));
         let mut converter = converter.with_root(output.as_ref().unwrap_or(&Value::Null));
         let returns = output.as_ref().map(|schema| {
@@ -112,7 +126,7 @@ impl Signature {
                 out.push('\n');
             }
             if let Some(extra) = &self.extra {
-                out.push_str(&format!("    **extra: {extra},  # more keys are allowed\n"));
+                out.push_str(&format!("    **{}: {},  # more keys are allowed\n", extra.name, extra.annotation));
             }
             out.push(')');
         }
@@ -146,7 +160,7 @@ impl Signature {
                     accepts: &p.accepts,
                 })
                 .collect(),
-            extra: self.extra.as_deref(),
+            extra: self.extra.as_ref(),
             returns: self.returns.as_deref().unwrap_or("Any"),
             doc: self.render(),
         }
@@ -158,9 +172,9 @@ impl Signature {
 pub struct RunnerTool<'a> {
     pub name: &'a str,
     pub params: Vec<RunnerParam<'a>>,
-    /// The annotation of `**extra`, when the tool takes keys it does not list.
+    /// `**extra` (its name and annotation), when the tool takes keys it does not list.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub extra: Option<&'a str>,
+    pub extra: Option<&'a Extra>,
     pub returns: &'a str,
     /// The rendered signature: the function's `__doc__` and what `help()` prints.
     pub doc: String,

@@ -157,16 +157,24 @@ fn mapped_names_keep_their_keys_and_never_collide() {
 
 #[test]
 fn only_schemas_that_allow_more_keys_take_extra_keywords() {
-    let extra = |schema: Value| tool(json!({"name": "t", "inputSchema": schema})).signature().extra.clone();
+    let extra = |schema: Value| {
+        let signature = tool(json!({"name": "t", "inputSchema": schema})).signature().clone();
+        signature.extra.map(|e| format!("**{}: {}", e.name, e.annotation))
+    };
+    let any = Some("**extra: Any".to_string());
     assert_eq!(extra(json!({"type": "object", "properties": {"a": {}}})), None);
     assert_eq!(extra(json!({"type": "object", "properties": {}})), None);
-    assert_eq!(extra(json!({"type": "object"})), Some("Any".into()));
-    assert_eq!(extra(json!({"type": "object", "properties": {}, "additionalProperties": true})), Some("Any".into()));
+    assert_eq!(extra(json!({"type": "object"})), any);
+    assert_eq!(extra(json!({"type": "object", "properties": {}, "additionalProperties": true})), any);
     assert_eq!(
         extra(json!({"type": "object", "properties": {}, "additionalProperties": {"type": "integer"}})),
-        Some("int".into())
+        Some("**extra: int".into())
     );
     assert_eq!(extra(json!({"type": "object", "additionalProperties": false})), None);
+    assert_eq!(
+        extra(json!({"type": "object", "properties": {"extra": {}}, "additionalProperties": true})),
+        Some("**extra_: Any".into())
+    );
 }
 
 #[test]
