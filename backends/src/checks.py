@@ -16,6 +16,7 @@ Embedded in front of runner.py (one source for `python -c`); stdlib only, Python
 import ast
 import difflib
 import inspect
+import re
 
 
 # Attributes a program may use on an un-awaited coroutine on purpose.
@@ -23,6 +24,7 @@ COROUTINE_ATTRIBUTES = {"send", "throw", "close", "__await__", "cr_await", "cr_f
                         "cr_origin", "cr_suspended", "__name__", "__qualname__", "__class__"}
 # Calls that may rebind or create globals behind the syntax tree's back.
 DYNAMIC_NAMES = {"globals", "exec", "eval", "vars", "locals", "__import__", "setattr", "importlib"}
+DYNAMIC_WORDS = re.compile(r"\b(?:" + "|".join(DYNAMIC_NAMES) + r")\b")
 JSON_TYPES = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
               "null": "null (None)", "array": "an array (list)", "object": "an object (dict)"}
 
@@ -224,7 +226,10 @@ def precheck(code, toolbox):
         return [], None
     if "mcp__" not in code:  # no tool, nothing to check
         return [], tree
-    return Precheck(toolbox).run(tree), tree
+    # Only statements that mention a tool need a look (the walk is most of the cost), unless the program may
+    # reach names dynamically: then everything counts.
+    marked = None if DYNAMIC_WORDS.search(code) else [("mcp__" in line) for line in code.split("\n")]
+    return Precheck(toolbox, marked).run(tree), tree
 
 
 # Fields that never hold a node worth visiting: names and operators (a Load/Store context or an operator is a
@@ -243,9 +248,14 @@ def child_fields(kind):
 
 
 class Precheck:
-    def __init__(self, toolbox):
+    def __init__(self, toolbox, marked):
         self.toolbox = toolbox
         self.tree = None
+        # Whether each line (from 0) mentions `mcp__`; None: look at every statement. A statement that does not
+        # mention a tool can neither call one nor bind an `mcp__` name, so the first pass skips it; the names a
+        # tool call is assigned to are then followed through the whole program (`whole_program`).
+        self.marked = marked
+        self.complete = marked is None
         self.parents = {}  # Name and Call nodes -> the node each is in
         self.bindings = {}  # name -> how many times the program binds it
         self.loads = {}  # name -> the nodes that read it
@@ -255,7 +265,8 @@ class Precheck:
 
     def run(self, tree):
         self.tree = tree
-        calls = self.index(tree)
+        roots = [tree] if self.marked is None else [s for s in tree.body if self.mentions_a_tool(s)]
+        calls = self.index(roots)
         for node in self.loads_of_tools():
             self.check_name(node)
         for call in calls:
@@ -267,25 +278,43 @@ class Precheck:
                 unique.append(text)
         return unique
 
-    def index(self, tree):
+    def mentions_a_tool(self, statement):
+        first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())])
+        return any(self.marked[first - 1:statement.end_lineno])
+
+    def whole_program(self):
+        """Bindings and loads of every name in the program (the first pass may have skipped statements)."""
+        if not self.complete:
+            self.bindings.clear()
+            self.loads.clear()
+            self.index([self.tree])
+            self.complete = True
+
+    def index(self, roots):
         """One pass: bindings, loads, string constants, the calls of tools, and the parents of names and calls.
         (A stack of nodes, parents noted only where needed: this walk is most of the check's cost.)"""
         calls = []
-        stack = [tree]
+        stack = list(roots)
         push, pop = stack.append, stack.pop
         parents, loads, bind = self.parents, self.loads, self.bind
         node_class, name_class, call_class, load_class = ast.AST, ast.Name, ast.Call, ast.Load
+        noted = {name_class, call_class}
         while stack:
             node = pop()
             kind = node.__class__
-            for field in child_fields(kind):
+            fields = CHILD_FIELDS.get(kind)
+            for field in child_fields(kind) if fields is None else fields:
                 value = getattr(node, field, None)
-                children = value if value.__class__ is list else (value,)
-                for child in children:
-                    if isinstance(child, node_class):
-                        push(child)
-                        if child.__class__ is name_class or child.__class__ is call_class:
-                            parents[child] = node
+                if value.__class__ is list:
+                    for child in value:
+                        if isinstance(child, node_class):
+                            push(child)
+                            if child.__class__ in noted:
+                                parents[child] = node
+                elif isinstance(value, node_class):
+                    push(value)
+                    if value.__class__ in noted:
+                        parents[value] = node
             if kind is name_class:
                 if node.ctx.__class__ is load_class:
                     loads.setdefault(node.id, []).append(node)
@@ -406,7 +435,10 @@ class Precheck:
             self.add(call, f"{name}(...) is never awaited, so the call never happens; write await {name}(...)")
             return
         target = assigned_name(call, parent)
-        if target is None or self.bindings.get(target) != 1:
+        if target is None:
+            return
+        self.whole_program()
+        if self.bindings.get(target) != 1:
             return
         uses = self.loads.get(target, [])
         if all(self.misused(use, self.parents.get(use)) for use in uses):
