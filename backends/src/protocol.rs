@@ -205,6 +205,13 @@ mod tests {
         }
     }
 
+    /// Backends pass the runner as one argument of `python -c` (after the docker prologue, ~10 KiB): Linux
+    /// refuses an argument over 128 KiB (MAX_ARG_STRLEN).
+    #[test]
+    fn the_runner_fits_in_one_command_line_argument() {
+        assert!(RUNNER_SOURCE.len() < 96 * 1024, "the runner source is {} bytes", RUNNER_SOURCE.len());
+    }
+
     #[test]
     fn a_show_keeps_at_most_1024_indices_however_many_it_names() {
         let indices: Vec<String> = (0..100_000).map(|i| (i % 7).to_string()).collect();
