@@ -2,7 +2,7 @@
 //! `ci/bench.sh`). Each figure is reported beside its baseline and the ratio; nothing here fails on a slow
 //! machine. Runs once per sandbox backend that is available here (`PTC_BENCH_SANDBOXES`, default
 //! `none,landlock`; `docker` uses the image from ci/docker-setup.sh), then compares each one's per-run
-//! start-up with `none`'s.
+//! start-up with `none`'s, and times the check before running (`execution.precheck`) on a 200-line program.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -298,10 +298,103 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     Some(cold_p50)
 }
 
+/// A 200-line program of the kind models write: calls with literal and computed arguments, loops,
+/// comprehensions, gathers, prints.
+fn two_hundred_lines() -> String {
+    let block = "tickers = [\"AMZN\", \"MSFT\", \"GOOG\"]\n\
+                 rows = await mcp__financial_data__query_financials(ticker=\"AMZN\", statement=\"income\", limit=4)\n\
+                 totals = {}\n\
+                 for t in tickers:\n    \
+                     data = await mcp__financial_data__query_financials(ticker=t, period=\"annual\", limit=2)\n    \
+                     totals[t] = sum(q[\"revenue\"] for q in data)\n\
+                 calls = [mcp__financial_data__query_financials(ticker=t, statement=\"balance\") for t in tickers]\n\
+                 balances = await asyncio.gather(*calls)\n\
+                 graph = await mcp__memory__read_graph()\n\
+                 names = [e[\"name\"] for e in graph[\"entities\"] if e[\"entityType\"] == \"company\"]\n\
+                 now = await mcp__time__get_current_time(timezone=\"Europe/Paris\")\n\
+                 print(now[\"datetime\"], len(names), max(totals, key=totals.get))\n\
+                 if not names:\n    \
+                     await mcp__memory__create_entities(entities=[{\"name\": \"AMZN\", \"entityType\": \"company\", \"observations\": []}])\n\
+                 print({t: round(v / 1e9, 1) for t, v in totals.items()}, len(balances))\n";
+    let mut program = String::from("import asyncio\n");
+    while program.lines().count() + block.lines().count() <= 200 {
+        program.push_str(block);
+    }
+    while program.lines().count() < 200 {
+        program.push_str("print(\"done\")\n");
+    }
+    program
+}
+
+/// The CPU time of the runner's check (backends/src/checks.py) over a 200-line program against the tools of
+/// the recorded third-party servers and the demo, beside compiling the same program alone: the fastest of 50
+/// runs each (on a shared machine the others measure the neighbours).
+async fn precheck_cost() {
+    let fixtures = repo("tests/fixtures/tools");
+    let mut entries = Vec::new();
+    for server in ["financial-data", "memory", "time", "everything", "filesystem"] {
+        let text = std::fs::read_to_string(fixtures.join(format!("{server}.json"))).unwrap();
+        let tools: Vec<rmcp::model::Tool> = serde_json::from_str(&text).unwrap();
+        entries
+            .extend(tools.into_iter().map(|tool| std::sync::Arc::new(ptc_mcp::registry::ToolEntry::new(server, tool))));
+    }
+    let catalog = ptc_mcp::registry::Catalog::build(entries, &ptc_mcp::config::ToolFilter::All);
+    // The check parses the program once for itself and for compiling it: what it adds to a run is its own
+    // time, plus compiling the tree, less compiling the source.
+    let script = "import ast, json, sys, time\n\
+                  sys.path.insert(0, sys.argv[1])\n\
+                  import checks\n\
+                  tools, code = json.loads(sys.stdin.read())\n\
+                  box = checks.Toolbox(tools, {}, {})\n\
+                  findings, tree = checks.precheck(code, box)\n\
+                  assert findings == [], findings\n\
+                  flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT\n\
+                  def fastest(f):\n    \
+                      samples = []\n    \
+                      for _ in range(50):\n        \
+                          t = time.process_time(); f(); samples.append(time.process_time() - t)\n    \
+                      return min(samples) * 1000\n\
+                  check = fastest(lambda: checks.precheck(code, box))\n\
+                  from_tree = fastest(lambda: compile(tree, 'p', 'exec', flags=flags))\n\
+                  from_source = fastest(lambda: compile(code, 'p', 'exec', flags=flags))\n\
+                  speed = fastest(lambda: sum(range(1000))) * 1000\n\
+                  print(json.dumps([check, check + from_tree - from_source, from_source, speed, len(tools)]))";
+    let mut child = Command::new("python3")
+        .args(["-I", "-S", "-c", script])
+        .arg(repo("backends/src"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tools: Value = serde_json::from_str(catalog.runner_tools().get()).unwrap();
+    let input = serde_json::to_vec(&json!([tools, two_hundred_lines()])).unwrap();
+    tokio::io::AsyncWriteExt::write_all(child.stdin.as_mut().unwrap(), &input).await.unwrap();
+    drop(child.stdin.take());
+    let output = child.wait_with_output().await.unwrap();
+    let [check, added, compile, speed, tools]: [f64; 5] =
+        serde_json::from_slice(&output.stdout).expect("the timing script's answer");
+    println!("\n### the check before running\n\n| measure | ptc-mcp | baseline | ratio |\n|---|---|---|---|");
+    row(
+        &format!("precheck of a 200-line program, {tools} tools (parse + check)"),
+        format!("{check:.2} ms"),
+        format!("5 ms budget; compiling the program alone {compile:.2} ms"),
+        check / 5.0,
+    );
+    row(
+        "precheck: added to a run (the compile reuses its tree)",
+        format!("{added:.2} ms"),
+        "5 ms budget".to_string(),
+        added / 5.0,
+    );
+    // The same check takes several times longer on a slow or busy machine: this says how fast Python runs here.
+    row("Python here: sum(range(1000)), CPU time", format!("{speed:.1} µs"), "-".into(), 1.0);
+}
+
 #[tokio::main]
 async fn main() {
     let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
     println!("# ptc-mcp benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    precheck_cost().await;
     let mut medians = Vec::new();
     for sandbox in sandboxes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if let Some(p50) = bench_backend(sandbox).await {

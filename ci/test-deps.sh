@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the third-party MCP pieces the integration tests talk to, into one directory:
 #   venv/  a Python venv with the official MCP Python SDK (`mcp`, 2.x) and `mcp-server-time`
-#   npm/   @modelcontextprotocol/server-memory and @modelcontextprotocol/server-everything
+#   npm/   @modelcontextprotocol/server-memory, @modelcontextprotocol/server-everything and
+#          @modelcontextprotocol/server-filesystem
 #
 # Usage: ci/test-deps.sh [DIR]        (DIR defaults to <repo>/target/test-deps)
 #        eval "$(ci/test-deps.sh)"    (stdout carries only the `export NAME=value` lines)
@@ -22,6 +23,8 @@
 #                               run with PTC_TEST_CONFORMANCE_NODE
 #   PTC_TEST_CONFORMANCE_NODE   a Node.js 22 from the npm registry's `node` package: the suite needs Node 22+
 #                               (fs.globSync), newer than many machines' (this one's is 20)
+#   PTC_TEST_FILESYSTEM_SERVER  server-filesystem's JS entry point, run with `node DIR...` (the directories
+#                               it may read and write)
 set -euo pipefail
 
 # Pins, all verified together (Python 3.11, Node 20). mcp-server-time 2026.x requires mcp>=2.3,<3,
@@ -32,6 +35,7 @@ SERVER_MEMORY_VERSION=2026.8.31
 SERVER_EVERYTHING_VERSION=2026.8.31
 CONFORMANCE_VERSION=0.1.16
 CONFORMANCE_NODE_VERSION=22.23.3
+SERVER_FILESYSTEM_VERSION=2026.8.31
 
 log() { printf 'test-deps: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -103,6 +107,21 @@ else
     printf '%s' "$npm_pins" >"$npm_stamp"
 fi
 
+# server-filesystem has its own stamp: adding it leaves the install above (and its stamp) as it was.
+filesystem_pin="@modelcontextprotocol/server-filesystem@$SERVER_FILESYSTEM_VERSION"
+filesystem_stamp=$npm_dir/.ptc-test-deps-filesystem
+filesystem_js=$npm_dir/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
+
+if [[ -f $filesystem_stamp && $(<"$filesystem_stamp") == "$filesystem_pin" && -f $filesystem_js ]]; then
+    log "npm: $filesystem_pin already in $npm_dir"
+else
+    log "npm: installing $filesystem_pin"
+    rm -f "$filesystem_stamp"
+    npm install --prefix "$npm_dir" --no-audit --no-fund --save-exact "$filesystem_pin" >&2
+    [[ -f $filesystem_js ]] || die "$filesystem_js missing after install"
+    printf '%s' "$filesystem_pin" >"$filesystem_stamp"
+fi
+
 # --- npm: the conformance suite, with the Node.js it needs -----------------------------------
 conformance_dir=$dir/conformance
 conformance_pins="@modelcontextprotocol/conformance@$CONFORMANCE_VERSION node@$CONFORMANCE_NODE_VERSION"
@@ -132,4 +151,5 @@ printf 'export %s=%q\n' \
     PTC_TEST_MEMORY_SERVER "$memory_js" \
     PTC_TEST_EVERYTHING_SERVER "$everything_js" \
     PTC_TEST_CONFORMANCE "$conformance_js" \
-    PTC_TEST_CONFORMANCE_NODE "$conformance_node"
+    PTC_TEST_CONFORMANCE_NODE "$conformance_node" \
+    PTC_TEST_FILESYSTEM_SERVER "$filesystem_js"

@@ -11,7 +11,8 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 
-use crate::config::TraceMode;
+use crate::config::{ExecutionConfig, TraceMode};
+use crate::discovery::{InspectRequest, Inspection, ListRequest, Listing};
 use crate::engine::{Caller, Engine, RunReport};
 use crate::input_required::{self, Parked, Resume};
 use crate::progress::Reporter;
@@ -31,7 +32,7 @@ pub struct PtcServer {
 
 impl PtcServer {
     pub fn new(registry: Arc<Registry>, engine: Arc<Engine>) -> Self {
-        let tools = tool_definitions(&engine);
+        let tools = tool_definitions(engine.settings());
         PtcServer { registry, engine, tools, parked: Arc::default() }
     }
 
@@ -41,11 +42,18 @@ impl PtcServer {
         self
     }
 
-    async fn list_callable_tools(&self) -> CallToolResult {
+    async fn list_callable_tools(&self, arguments: &JsonObject) -> CallToolResult {
+        let request = match ListRequest::parse(arguments) {
+            Ok(request) => request,
+            Err(error) => return CallToolResult::error(vec![ContentBlock::text(error)]),
+        };
         self.registry.wait_for_first_attempts(crate::engine::FIRST_CONNECT_WAIT).await;
         let catalog = self.registry.catalog();
-        let names = serde_json::to_string(&catalog.names()).expect("names serialise");
-        let mut content = vec![ContentBlock::text(names)];
+        let listing = match request.list(&catalog) {
+            Listing::Names(names) => serde_json::to_string(&names).expect("names serialise"),
+            Listing::Signatures(text) => text,
+        };
+        let mut content = vec![ContentBlock::text(listing)];
         let mut problems = self.registry.unavailable();
         problems.extend(catalog.collisions.iter().cloned());
         if !problems.is_empty() {
@@ -58,16 +66,16 @@ impl PtcServer {
     }
 
     async fn inspect_tool(&self, arguments: &JsonObject) -> CallToolResult {
-        let Some(Value::String(name)) = arguments.get("tool_name") else {
-            return CallToolResult::error(vec![ContentBlock::text(
-                "inspect_tool needs tool_name: one of the names list_callable_tools returns",
-            )]);
+        let request = match InspectRequest::parse(arguments) {
+            Ok(request) => request,
+            Err(error) => return CallToolResult::error(vec![ContentBlock::text(error)]),
         };
         self.registry.wait_for_first_attempts(crate::engine::FIRST_CONNECT_WAIT).await;
-        match self.registry.inspect(name) {
-            Ok(inspection) => CallToolResult::success(vec![ContentBlock::text(
+        match request.inspect(&self.registry.catalog()) {
+            Ok(Inspection::Json(inspection)) => CallToolResult::success(vec![ContentBlock::text(
                 serde_json::to_string_pretty(&inspection).expect("inspections serialise"),
             )]),
+            Ok(Inspection::Python(signature)) => CallToolResult::success(vec![ContentBlock::text(signature)]),
             Err(not_found) => CallToolResult::error(vec![ContentBlock::text(not_found)]),
         }
     }
@@ -110,12 +118,10 @@ impl PtcServer {
 
 /// The `execute_program` result: the text, and the structured content.
 fn execute_result(report: &RunReport, trace: TraceMode) -> CallToolResult {
-    let text = report.text(trace);
-    let mut result = if report.ok() {
-        CallToolResult::success(vec![ContentBlock::text(text)])
-    } else {
-        CallToolResult::error(vec![ContentBlock::text(text)])
-    };
+    // What show() attached follows the text.
+    let mut content = vec![ContentBlock::text(report.text(trace))];
+    content.extend(report.attachments.iter().cloned());
+    let mut result = if report.ok() { CallToolResult::success(content) } else { CallToolResult::error(content) };
     result.structured_content = Some(report.structured());
     result
 }
@@ -126,8 +132,8 @@ impl ServerHandler for PtcServer {
             .with_server_info(Implementation::new("ptc-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Programmatic tool calling: write one Python program that calls the downstream MCP tools as async \
-                 functions and prints only what you need. Start with list_callable_tools, check a tool with \
-                 inspect_tool, then run the program with execute_program.",
+                 functions and prints only what you need. Find tools with list_callable_tools (query=\"what you \
+                 need\", detail=\"signatures\" shows their arguments), then run the program with execute_program.",
             )
     }
 
@@ -149,7 +155,7 @@ impl ServerHandler for PtcServer {
         }
         let arguments = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
-            LIST_TOOL => self.list_callable_tools().await,
+            LIST_TOOL => self.list_callable_tools(&arguments).await,
             INSPECT_TOOL => self.inspect_tool(&arguments).await,
             other => {
                 return Err(McpError::invalid_params(
@@ -177,24 +183,38 @@ fn session_of(context: &RequestContext<RoleServer>) -> String {
     }
 }
 
-fn tool_definitions(engine: &Engine) -> Vec<Tool> {
+fn tool_definitions(settings: &ExecutionConfig) -> Vec<Tool> {
     let read_only = ToolAnnotations::new().read_only(true).destructive(false).open_world(false);
     vec![
-        Tool::new(LIST_TOOL, LIST_DESCRIPTION, object_schema(json!({"type": "object", "properties": {}})))
-            .with_annotations(read_only.clone()),
+        Tool::new(
+            LIST_TOOL,
+            LIST_DESCRIPTION,
+            object_schema(json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What the tool should do, e.g. \"quarterly revenue\""},
+                    "detail": {"enum": ["names", "signatures"], "default": "names"},
+                    "limit": {"type": "integer", "minimum": 1}
+                }
+            })),
+        )
+        .with_annotations(read_only.clone()),
         Tool::new(
             INSPECT_TOOL,
             INSPECT_DESCRIPTION,
             object_schema(json!({
                 "type": "object",
-                "properties": {"tool_name": {"type": "string", "description": "A name from list_callable_tools, e.g. mcp__github__search_issues"}},
+                "properties": {
+                    "tool_name": {"type": "string", "description": "A name from list_callable_tools"},
+                    "format": {"enum": ["json", "python"], "default": "json"}
+                },
                 "required": ["tool_name"]
             })),
         )
         .with_annotations(read_only),
         Tool::new(
             EXECUTE_TOOL,
-            execute_description(engine),
+            execute_description(settings),
             object_schema(json!({
                 "type": "object",
                 "properties": {"code": {"type": "string", "description": "The Python program to run."}},
@@ -223,30 +243,61 @@ fn object_schema(value: Value) -> JsonObject {
 }
 
 const LIST_DESCRIPTION: &str = "List the downstream MCP tools that execute_program can call, as a JSON array of \
-names like mcp__<server>__<tool>. If a server is unavailable, a second block names it and why.";
+names like mcp__<server>__<tool>. query ranks them by relevance (best first); detail=\"signatures\" shows their \
+Python signatures (arguments, types, descriptions) instead. If a server is unavailable, a second block names it \
+and why.";
 
 const INSPECT_DESCRIPTION: &str = "Show one callable tool's description, input schema (its keyword arguments) and \
-output schema, given its name from list_callable_tools. Check a tool here before the first call in a program.";
+output schema, or with format=\"python\" its Python signature.";
 
-fn execute_description(engine: &Engine) -> String {
-    let s = engine.settings();
+fn execute_description(s: &ExecutionConfig) -> String {
+    let precheck = if s.precheck {
+        "\n- Tool calls are checked before anything runs (names, keywords, literal values, a missing await)."
+    } else {
+        ""
+    };
     format!(
         "Run a Python program in which every downstream MCP tool is an async function. Prefer it over calling \
 tools one at a time when a task needs several calls, loops, or filtering of large results: intermediate results \
 stay in the program and only what it prints comes back.
-- Tools are named mcp__<server>__<tool> (list_callable_tools; inspect_tool shows the arguments). Call them with \
-keyword arguments and await them: rows = await mcp__db__query(sql=\"...\"). Top-level await works; use \
-asyncio.gather for concurrent calls.
-- Results arrive as parsed JSON (dict, list, str, ...); extra text or non-text content from a server is kept \
-under the \"_notes\" key.
-- A failing call raises ToolError; catch it (except ToolError as e) to carry on.
+- Call tools (mcp__<server>__<tool>, see list_callable_tools) with keyword arguments and await them: \
+rows = await mcp__db__query(sql=\"...\"). Top-level await works; asyncio.gather runs calls concurrently.{precheck}
+- Results are parsed JSON (dict, list, str, ...); extra text or non-text content is kept under \"_notes\"; \
+show(result) attaches its images and audio to this result.
+- A failing call raises ToolError; catch it to carry on.
 - Only printed output comes back (at most {max_output} bytes); emit(value) also returns one JSON value. \
-list_callable_tools(), inspect_tool(tool_name=...) and server_status() work inside programs too.
-- Limits per program: {timeout}s, {calls} tool calls, {concurrent} at a time. Standard library only; the \
-environment is empty and the working directory is a scratch directory deleted afterwards.",
+list_callable_tools(), inspect_tool() and server_status() work inside programs too.
+- Limits: {timeout}s, {calls} tool calls, {concurrent} at a time. Standard library only; empty environment; \
+the working directory is a scratch directory deleted afterwards.",
         max_output = s.max_output_bytes,
         timeout = s.timeout_seconds,
         calls = s.max_tool_calls,
         concurrent = s.max_concurrent_calls,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The definitions are in the client's context on every turn: they must stay small.
+    #[test]
+    fn the_three_definitions_stay_under_3000_bytes() {
+        let tools = tool_definitions(&ExecutionConfig::default());
+        let size = serde_json::to_vec(&tools).unwrap().len();
+        assert!(size < 3000, "the tools/list entries take {size} bytes");
+        let without_precheck = tool_definitions(&ExecutionConfig { precheck: false, ..ExecutionConfig::default() });
+        assert!(serde_json::to_vec(&without_precheck).unwrap().len() < size);
+    }
+
+    #[test]
+    fn the_definitions_name_every_new_argument() {
+        let tools = tool_definitions(&ExecutionConfig::default());
+        let text = serde_json::to_string(&tools).unwrap();
+        for needle in
+            ["\"query\"", "\"detail\"", "\"limit\"", "\"format\"", "signatures", "show(result)", "checked before"]
+        {
+            assert!(text.contains(needle), "{needle} missing");
+        }
+    }
 }

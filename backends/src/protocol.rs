@@ -1,6 +1,8 @@
 //! The line protocol between the server and the runner (see `backends/PROTOCOL.md`). Every line from the
 //! runner is untrusted: parsing is strict and a bad line ends only that run.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -8,8 +10,9 @@ use serde_json::{Map, Value};
 /// Bumped whenever a message changes shape; checked in the runner's `ready` message.
 pub const PROTOCOL_VERSION: u32 = 2;
 
-/// The runner, run as `python -I -S -c RUNNER_SOURCE`.
-pub const RUNNER_SOURCE: &str = include_str!("runner.py");
+/// The runner, run as `python -I -S -c RUNNER_SOURCE`: the call checks (`checks.py`, also importable alone
+/// by its tests and the benchmark), then the runner itself.
+pub const RUNNER_SOURCE: &str = concat!(include_str!("checks.py"), "\n", include_str!("runner.py"));
 
 /// A message from the runner.
 #[derive(Debug, Deserialize, PartialEq)]
@@ -34,12 +37,51 @@ pub enum FromRunner {
         name: String,
         args: Map<String, Value>,
     },
+    /// `show()`: attach these blocks (indices into the call's `media`) of the result of call `call`.
+    Show {
+        id: u64,
+        call: u64,
+        blocks: BlockIndices,
+    },
     Emit {
         value: Value,
     },
     Done {
         error: Option<ProgramError>,
     },
+}
+
+/// The block indices of a `show`: at most [`BlockIndices::MAX`] are kept; more can only be forged, and the
+/// rest are read and dropped, so a line full of indices costs no more memory than a short one.
+#[derive(Debug, PartialEq, Default)]
+pub struct BlockIndices(pub Vec<usize>);
+
+impl BlockIndices {
+    pub const MAX: usize = 1024;
+}
+
+impl<'de> Deserialize<'de> for BlockIndices {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Indices;
+        impl<'de> serde::de::Visitor<'de> for Indices {
+            type Value = BlockIndices;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of block indices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<BlockIndices, A::Error> {
+                let mut kept = Vec::new();
+                while kept.len() < BlockIndices::MAX {
+                    match seq.next_element()? {
+                        Some(index) => kept.push(index),
+                        None => return Ok(BlockIndices(kept)),
+                    }
+                }
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(BlockIndices(kept))
+            }
+        }
+        deserializer.deserialize_seq(Indices)
+    }
 }
 
 /// Why a program failed, as the runner saw it.
@@ -58,11 +100,20 @@ pub struct ProgramError {
 pub enum ToRunner<'a> {
     Run {
         code: &'a str,
-        tools: &'a [String],
+        /// A JSON array with one object per callable tool: its name, keyword parameters and rendered
+        /// signature (PROTOCOL.md).
+        tools: &'a RawValue,
+        /// Namespaced names that are no callable tool, and why (a filter, a collision).
+        not_callable: &'a BTreeMap<String, String>,
+        /// `mcp__<server>__` of each server that is not connected, and why.
+        down: &'a BTreeMap<String, String>,
+        /// Check the program's tool calls before running it.
+        precheck: bool,
         max_output_bytes: usize,
     },
-    /// The answer to one `call` or `helper`: `value` (already-serialised JSON, passed through without another
-    /// parse) when `ok`, else `error`. Built with [`ToRunner::success`] and [`ToRunner::failure`].
+    /// The answer to one `call`, `helper` or `show`: `value` (already-serialised JSON, passed through without
+    /// another parse) when `ok`, else `error`; for a call, `media` lists the placeholders of the image and
+    /// audio blocks its result carries, in order. Built with [`ToRunner::success`] and [`ToRunner::failure`].
     Result {
         id: u64,
         ok: bool,
@@ -70,16 +121,23 @@ pub enum ToRunner<'a> {
         value: Option<&'a RawValue>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<&'a str>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        media: &'a [String],
     },
 }
 
 impl<'a> ToRunner<'a> {
     pub fn success(id: u64, value: &'a RawValue) -> Self {
-        ToRunner::Result { id, ok: true, value: Some(value), error: None }
+        ToRunner::Result { id, ok: true, value: Some(value), error: None, media: &[] }
+    }
+
+    /// A call's result that carries image or audio blocks, listed by their placeholders.
+    pub fn success_with_media(id: u64, value: &'a RawValue, media: &'a [String]) -> Self {
+        ToRunner::Result { id, ok: true, value: Some(value), error: None, media }
     }
 
     pub fn failure(id: u64, error: &'a str) -> Self {
-        ToRunner::Result { id, ok: false, value: None, error: Some(error) }
+        ToRunner::Result { id, ok: false, value: None, error: Some(error), media: &[] }
     }
 
     /// The message as one protocol line, newline included.
@@ -94,9 +152,15 @@ impl<'a> ToRunner<'a> {
     /// The bytes of the message's variable parts (escaping may add some).
     fn payload_len(&self) -> usize {
         match self {
-            ToRunner::Run { code, tools, .. } => code.len() + tools.iter().map(|tool| tool.len() + 3).sum::<usize>(),
-            ToRunner::Result { value, error, .. } => {
-                value.map_or(0, |value| value.get().len()) + error.map_or(0, |error| error.len())
+            ToRunner::Run { code, tools, not_callable, down, .. } => {
+                let map_len =
+                    |map: &BTreeMap<String, String>| map.iter().map(|(k, v)| k.len() + v.len() + 6).sum::<usize>();
+                code.len() + tools.get().len() + map_len(not_callable) + map_len(down)
+            }
+            ToRunner::Result { value, error, media, .. } => {
+                value.map_or(0, |value| value.get().len())
+                    + error.map_or(0, |error| error.len())
+                    + media.iter().map(|m| m.len() + 3).sum::<usize>()
             }
         }
     }
@@ -117,6 +181,10 @@ mod tests {
     fn runner_messages_parse_into_their_variants() {
         let cases = [
             (r#"{"type":"ready","version":2}"#, FromRunner::Ready { version: 2 }),
+            (
+                r#"{"type":"show","id":4,"call":3,"blocks":[0,2]}"#,
+                FromRunner::Show { id: 4, call: 3, blocks: BlockIndices(vec![0, 2]) },
+            ),
             (r#"{"type":"output","data":"hi\n"}"#, FromRunner::Output { data: "hi\n".into() }),
             (
                 r#"{"type":"call","id":3,"tool":"mcp__a__b","args":{"x":1}}"#,
@@ -145,6 +213,22 @@ mod tests {
         }
     }
 
+    /// Backends pass the runner as one argument of `python -c` (after the docker prologue, ~10 KiB): Linux
+    /// refuses an argument over 128 KiB (MAX_ARG_STRLEN).
+    #[test]
+    fn the_runner_fits_in_one_command_line_argument() {
+        assert!(RUNNER_SOURCE.len() < 96 * 1024, "the runner source is {} bytes", RUNNER_SOURCE.len());
+    }
+
+    #[test]
+    fn a_show_keeps_at_most_1024_indices_however_many_it_names() {
+        let indices: Vec<String> = (0..100_000).map(|i| (i % 7).to_string()).collect();
+        let line = format!(r#"{{"type":"show","id":1,"call":1,"blocks":[{}]}}"#, indices.join(","));
+        let Ok(FromRunner::Show { blocks, .. }) = FromRunner::parse(line.as_bytes()) else { panic!("parses") };
+        assert_eq!(blocks.0.len(), BlockIndices::MAX);
+        assert!(FromRunner::parse(br#"{"type":"show","id":1,"call":1,"blocks":[1,"x"]}"#).is_err());
+    }
+
     #[test]
     fn malformed_runner_lines_are_rejected() {
         for line in [
@@ -152,7 +236,8 @@ mod tests {
             r#"{"type":"nope"}"#,
             r#"{"type":"call","id":1,"tool":"t","args":[1]}"#,
             r#"{"type":"call","id":-1,"tool":"t","args":{}}"#,
-            r#"{"type":"ready","version":1,"extra":true}"#,
+            r#"{"type":"ready","version":2,"extra":true}"#,
+            r#"{"type":"show","id":1,"call":1,"blocks":[-1]}"#,
         ] {
             assert!(FromRunner::parse(line.as_bytes()).is_err(), "{line}");
         }
@@ -160,11 +245,29 @@ mod tests {
 
     #[test]
     fn server_messages_have_the_documented_shape() {
-        let tools = vec!["mcp__a__b".to_string()];
-        let run = ToRunner::Run { code: "print(1)", tools: &tools, max_output_bytes: 10 };
+        let tools = RawValue::from_string(r#"[{"name":"mcp__a__b","params":[]}]"#.into()).unwrap();
+        let not_callable = BTreeMap::from([("mcp__a__c".to_string(), "it is blocked by tools.block".to_string())]);
+        let down = BTreeMap::from([("mcp__d__".to_string(), "server 'd' is unavailable: gone".to_string())]);
+        let run = ToRunner::Run {
+            code: "print(1)",
+            tools: &tools,
+            not_callable: &not_callable,
+            down: &down,
+            precheck: true,
+            max_output_bytes: 10,
+        };
         assert_eq!(
-            run.to_line(),
-            b"{\"type\":\"run\",\"code\":\"print(1)\",\"tools\":[\"mcp__a__b\"],\"max_output_bytes\":10}\n"
+            String::from_utf8(run.to_line()).unwrap(),
+            "{\"type\":\"run\",\"code\":\"print(1)\",\"tools\":[{\"name\":\"mcp__a__b\",\"params\":[]}],\
+             \"not_callable\":{\"mcp__a__c\":\"it is blocked by tools.block\"},\
+             \"down\":{\"mcp__d__\":\"server 'd' is unavailable: gone\"},\"precheck\":true,\"max_output_bytes\":10}\n"
+        );
+        let media = ["[non-text content omitted: image (image/png)]".to_string()];
+        let with_media = ToRunner::success_with_media(5, &tools, &media);
+        assert!(
+            String::from_utf8(with_media.to_line())
+                .unwrap()
+                .ends_with(",\"media\":[\"[non-text content omitted: image (image/png)]\"]}\n")
         );
         let value = RawValue::from_string("{\"k\": 1}".into()).unwrap();
         let ok = ToRunner::success(7, &value);

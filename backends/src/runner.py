@@ -1,4 +1,7 @@
-"""ptc-mcp runner: runs ONE model-written Python program and talks to the server (protocol v2, PROTOCOL.md).
+"""ptc-mcp runner, part 2: runs ONE model-written Python program and talks to the server (protocol v2, PROTOCOL.md).
+
+checks.py precedes this source (backends/src/protocol.rs joins them): `Toolbox`, `ToolSpec` and `precheck` come
+from there.
 
 Started as `python3 -I -S -c <this source>` (no __file__, no site-packages) in a scratch dir, possibly before
 its program is known, so everything is imported up front and the runner waits warm for its `run` message.
@@ -15,6 +18,14 @@ Design:
   EOF on the channel means the server is gone: the process leaves at once with os._exit.
 * The program gets a fresh `__main__` module as its globals. Runner state lives in closures and the Channel
   object, never under a name in those globals.
+* Tool functions carry the tool's real signature and docstring; a call that cannot be right (positional,
+  unknown or missing arguments) raises TypeError before anything is sent. With `precheck`, the program's
+  syntax tree is checked first (checks.py) and a program with findings does not run at all.
+* Errors teach: a NameError on an `mcp__` name says why it is no tool (closest names, server down, filtered),
+  and a TypeError/AttributeError on a coroutine while a tool call was never awaited asks about `await`.
+* `show(x)` attaches the images and audio of a tool result (or one of its placeholders) to the run's result:
+  results that carry some list their placeholders in `media`; `show` names the call and the blocks, and the
+  server checks and bounds what it attaches.
 * The runner only keeps the channel clean: the server enforces every limit (time, calls, output) itself.
 """
 import ast
@@ -246,14 +257,28 @@ class FdDrain:
                 self._sink.forward(self._decoder.decode(chunk, final=self._eof))
 
 
-def parse_run(message):
-    if type(message) is not dict:
-        raise ValueError("expected a JSON object")
-    code, tools, limit = message.get("code"), message.get("tools"), message.get("max_output_bytes")
-    if (message.get("type") != "run" or type(code) is not str or type(tools) is not list
-            or not all(type(t) is str for t in tools) or type(limit) is not int or limit < 0):
-        raise ValueError("expected {type: run, code: str, tools: [str], max_output_bytes: int >= 0}")
-    return code, tools, limit
+class Run:
+    """The `run` message: the program, its tools and settings."""
+
+    def __init__(self, message):
+        if type(message) is not dict or message.get("type") != "run":
+            raise ValueError("expected a JSON object of type run")
+        code, tools, limit = message.get("code"), message.get("tools"), message.get("max_output_bytes")
+        not_callable, down, precheck = message.get("not_callable"), message.get("down"), message.get("precheck")
+        if (type(code) is not str or type(tools) is not list or not all(type(t) is dict for t in tools)
+                or not is_text_map(not_callable) or not is_text_map(down) or type(precheck) is not bool
+                or type(limit) is not int or limit < 0):
+            raise ValueError("expected {type: run, code: str, tools: [object], not_callable: {str: str}, "
+                             "down: {str: str}, precheck: bool, max_output_bytes: int >= 0}")
+        try:
+            self.toolbox = Toolbox(tools, not_callable, down)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"a tool without {e}") from None
+        self.code, self.precheck, self.limit = code, precheck, limit
+
+
+def is_text_map(value):
+    return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
 
 
 def to_json(value, what):
@@ -270,6 +295,24 @@ def keyword_args(name, args, kwargs):
     if args:
         raise TypeError(f"{name}() takes keyword arguments only")
     return to_json(kwargs, f"{name}(): arguments")[0]
+
+
+def request(channel, kind, fields):
+    """Send a `helper` or `show` request and wait for its answer on this thread (synchronous by design; EOF on
+    the channel ends the process instead); its value, or ToolError."""
+    arrived, box = threading.Event(), []
+
+    def deliver(result):  # reader thread
+        box.append(result)
+        arrived.set()
+
+    request_id = channel.open_request(deliver)
+    try:
+        channel.send({"type": kind, "id": request_id, **fields})
+        arrived.wait()
+    finally:
+        channel.close_request(request_id)
+    return unwrap(box[0])
 
 
 def unwrap(result):
@@ -295,6 +338,46 @@ class HelperDict(_ReadyAwaitable, dict):
     __slots__ = ()
 
 
+class HelperStr(_ReadyAwaitable, str):
+    __slots__ = ()
+
+
+READY_TYPES = {list: HelperList, dict: HelperDict, str: HelperStr}
+
+
+class CallBook:
+    """What the run's tool calls did, for errors that teach and for show(): how many tool coroutines were
+    made and how many started (a difference is a call never awaited), and the results that carry images or
+    audio (call id, the value the program got, the placeholders of its blocks in order)."""
+
+    def __init__(self):
+        self.created = 0
+        self.started = 0
+        self.with_media = []
+
+    def media_of(self, obj):
+        """(call id, block indices) that show(obj) means, or None."""
+        for call_id, value, media in reversed(self.with_media):
+            notes = value.get("_notes") if type(value) is dict else None
+            if obj is value or (notes is not None and obj is notes):
+                return call_id, list(range(len(media)))
+            if type(notes) is list and type(obj) is str:
+                for position, note in enumerate(notes):
+                    if note is obj:  # the k-th note with this text is the k-th block with it
+                        return call_id, [nth_index(media, obj, notes[:position].count(obj))]
+        if type(obj) is str:  # an equal string that is no note itself: the latest block with that placeholder
+            for call_id, _, media in reversed(self.with_media):
+                if obj in media:
+                    return call_id, [media.index(obj)]
+        return None
+
+
+def nth_index(items, item, n):
+    """The index of the n-th (from 0) occurrence of item in items (the last one if there are fewer)."""
+    found = [i for i, x in enumerate(items) if x == item]
+    return found[min(n, len(found) - 1)] if found else 0
+
+
 def program_line():
     """The line of the program's innermost frame that called the tool (None when the call came from elsewhere)."""
     frame = sys._getframe(2)  # program_line <- tool <- its caller
@@ -303,13 +386,11 @@ def program_line():
     return None if frame is None else frame.f_lineno
 
 
-def make_tool(channel, name):
-    def tool(*args, **kwargs):
-        # The line is taken where the call is written (the coroutine may be awaited elsewhere, e.g. in gather).
-        return call(program_line(), args, kwargs)
+def make_tool(channel, spec, book):
+    name = spec.name
 
-    async def call(line, args, kwargs):
-        arguments = keyword_args(name, args, kwargs)
+    async def call(arguments, line):
+        book.started += 1
         loop = asyncio.get_running_loop()  # whichever loop awaits us: top-level or the program's asyncio.run
         future = loop.create_future()
 
@@ -332,45 +413,81 @@ def make_tool(channel, name):
             result = await future
         finally:
             channel.close_request(request_id)
-        return unwrap(result)
+        value = unwrap(result)
+        media = result.get("media")
+        if type(media) is list and media and all(type(m) is str for m in media):
+            book.with_media.append((request_id, value, media))
+        return value
+
+    call.__name__ = call.__qualname__ = name  # "coroutine 'mcp__s__t' was never awaited" names the tool
+
+    def tool(*args, **kwargs):
+        arguments = to_json(spec.bind(args, kwargs), f"{name}(): arguments")[0]
+        book.created += 1
+        # The line is taken where the call is written (the coroutine may be awaited elsewhere, e.g. in gather).
+        return call(arguments, program_line())
 
     tool.__name__ = tool.__qualname__ = name
-    tool.__doc__ = (f"Call the MCP tool {name} (await it; keyword arguments only). "
-                    "Returns its result; raises ToolError if the call fails.")
-    return mark_coroutine_function(tool)
+    tool.__doc__ = spec.doc
+    tool.__signature__ = spec.signature
+    mark_coroutine_function(tool)
+    return tool
 
 
 def mark_coroutine_function(function):
-    """Let inspect/asyncio.iscoroutinefunction see a function that returns a coroutine as one (3.12+: inspect's
-    marker; before: asyncio's)."""
-    mark = getattr(inspect, "markcoroutinefunction", None)
-    if mark is not None:
-        return mark(function)
-    function._is_coroutine = asyncio.coroutines._is_coroutine
-    return function
+    """Lets inspect/asyncio.iscoroutinefunction see a function that returns a coroutine as async."""
+    if hasattr(inspect, "markcoroutinefunction"):  # 3.12+
+        inspect.markcoroutinefunction(function)
+    marker = getattr(asyncio.coroutines, "_is_coroutine", None)  # what asyncio checks before 3.12
+    if marker is not None:
+        function._is_coroutine = marker
 
 
 def make_helper(channel, name, doc):
     def helper(*args, **kwargs):
         arguments = keyword_args(name, args, kwargs)
-        arrived, box = threading.Event(), []
-
-        def deliver(result):  # reader thread
-            box.append(result)
-            arrived.set()
-
-        request_id = channel.open_request(deliver)
-        try:
-            channel.send({"type": "helper", "id": request_id, "name": name, "args": arguments})
-            arrived.wait()  # synchronous by design; channel EOF ends the process instead
-        finally:
-            channel.close_request(request_id)
-        value = unwrap(box[0])
-        return HelperList(value) if type(value) is list else HelperDict(value) if type(value) is dict else value
+        value = request(channel, "helper", {"name": name, "args": arguments})
+        ready = READY_TYPES.get(type(value))
+        return value if ready is None else ready(value)
 
     helper.__name__ = helper.__qualname__ = name
     helper.__doc__ = doc + " Keyword arguments only; works with or without await; raises ToolError on failure."
     return helper
+
+
+def make_show(channel, book):
+    def show(obj):
+        """Attach the images and audio of a tool result (or of one of its '[non-text content omitted: ...]'
+        placeholders) to this run's result, after its text. What does not fit the limits is left out, and
+        show() prints what."""
+        found = book.media_of(obj)
+        if found is None:
+            raise ValueError("show() takes a tool result that carries images or audio, or one of its "
+                             "'[non-text content omitted: ...]' placeholders; got " + type(obj).__name__)
+        call_id, blocks = found
+        answer = request(channel, "show", {"call": call_id, "blocks": blocks})
+        left_out = answer.get("left_out") if type(answer) is dict else None
+        if left_out:
+            print(f"[show(): left out {left_out}]")
+
+    return show
+
+
+def make_help(tools):
+    def help(*args, **kwargs):
+        """help(mcp__server__tool) shows a tool's signature and description; help(x) is pydoc's help."""
+        if len(args) == 1 and not kwargs and isinstance(args[0], types.FunctionType) and args[0] in tools:
+            print(tools[args[0]], end="")  # the signature's text ends with its newline
+            return None
+        if not args and not kwargs:
+            print("Tools are async functions: list_callable_tools(query='...', detail='signatures') finds them "
+                  "with their arguments; help(mcp__server__tool) or inspect_tool(tool_name=..., format='python') "
+                  "shows one.")
+            return None
+        import pydoc  # only when asked: it takes a while to import
+        return pydoc.help(*args, **kwargs)
+
+    return help
 
 
 def make_emit(channel, limit):
@@ -384,38 +501,51 @@ def make_emit(channel, limit):
     return emit
 
 
-def make_globals(channel, tools, limit):
+def make_globals(channel, toolbox, book, limit):
     """A fresh __main__ module for the program (so pickle, dataclasses, `import __main__` see the program)."""
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
     namespace = module.__dict__
     namespace["__builtins__"] = builtins
-    for name in tools:
-        namespace[name] = make_tool(channel, name)
+    signatures = {}
+    for name, spec in toolbox.tools.items():
+        tool = make_tool(channel, spec, book)
+        namespace[name] = tool
+        signatures[tool] = spec.doc
     namespace.update(
         ToolError=ToolError,
         emit=make_emit(channel, limit),
-        list_callable_tools=make_helper(channel, "list_callable_tools", "List the tools this program may call."),
-        inspect_tool=make_helper(channel, "inspect_tool", "Describe one tool: inspect_tool(tool_name=...)."),
+        show=make_show(channel, book),
+        help=make_help(signatures),
+        list_callable_tools=make_helper(
+            channel, "list_callable_tools",
+            "List the tools this program may call: list_callable_tools(query=None, detail='names', limit=None); "
+            "a query ranks them, detail='signatures' gives their Python signatures."),
+        inspect_tool=make_helper(
+            channel, "inspect_tool",
+            "Describe one tool: inspect_tool(tool_name=..., format='json'); format='python' gives its signature."),
         server_status=make_helper(channel, "server_status", "Report the server's status and budgets."),
     )
     return namespace
 
 
-def run_program(code, namespace, limit):
-    """Run the program; return None on success, else the `done` error object (its text within `limit`)."""
+def run_program(code, tree, namespace, limit, teach):
+    """Run the program (from its syntax tree when the check already parsed it); return None on success, else
+    the `done` error object (its text within `limit`). teach(exc) adds what the runner knows to an error's
+    message."""
     register_source(code)
     try:
-        compiled = compile(code, PROGRAM, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        source = code if tree is None else tree
+        compiled = compile(source, PROGRAM, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         result = eval(compiled, namespace)
         if asyncio.iscoroutine(result):  # the program uses top-level await
             run_coroutine(result)
     except SystemExit as e:
         if e.code is None or (type(e.code) in (int, bool) and e.code == 0):
             return None
-        return describe(e, code, limit)
+        return describe(e, code, limit, teach)
     except BaseException as e:  # KeyboardInterrupt & co. are program errors too
-        return describe(e, code, limit)
+        return describe(e, code, limit, teach)
     return None
 
 
@@ -442,10 +572,10 @@ def register_source(code):
     linecache.cache[PROGRAM] = (len(code), None, code.splitlines(True), PROGRAM)
 
 
-def describe(exc, code, limit):
+def describe(exc, code, limit, teach):
     register_source(code)  # the program may have cleared linecache
     try:
-        message = format_chain(exc, set())
+        message = format_chain(exc, set(), teach)
     except BaseException:  # hostile __str__ and the like: still say what it was
         message = f"{type(exc).__name__}: <unprintable>\n"
     return {"kind": type(exc).__name__[:200], "message": clip(message, limit)}
@@ -459,12 +589,13 @@ def clip(text, limit):
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[len(text) - half:]}"
 
 
-def format_chain(exc, seen):
+def format_chain(exc, seen, teach):
     """Like traceback.format_exception, oldest first, but showing only the program's frames."""
     parts = []
     while True:
         seen.add(id(exc))
-        parts.append(format_one(exc, seen))
+        teach(exc)
+        parts.append(format_one(exc, seen, teach))
         if exc.__cause__ is not None:
             link, following = CAUSE, exc.__cause__
         elif exc.__context__ is not None and not exc.__suppress_context__:
@@ -478,7 +609,7 @@ def format_chain(exc, seen):
     return "".join(reversed(parts))
 
 
-def format_one(exc, seen):
+def format_one(exc, seen, teach):
     frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == PROGRAM]
     lines = ["Traceback (most recent call last):\n"] if frames else []
     lines += traceback.StackSummary.from_list(frames).format()
@@ -486,8 +617,49 @@ def format_one(exc, seen):
     if isinstance(exc, EXCEPTION_GROUPS):  # e.g. asyncio.TaskGroup: show what actually failed
         for number, sub in enumerate(exc.exceptions, 1):
             lines.append(f"  [sub-exception {number} of {len(exc.exceptions)}]\n")
-            lines += ["    " + line for line in format_chain(sub, seen).splitlines(True)]
+            lines += ["    " + line for line in format_chain(sub, seen, teach).splitlines(True)]
     return "".join(lines)
+
+
+NOT_DEFINED = re.compile(r"name '(mcp__\w+)' is not defined")
+AWAIT_HINT = " (did you forget `await`? a tool call gives a coroutine until awaited: x = await mcp__s__t(...))"
+
+
+def make_teacher(toolbox, book):
+    """teach(exc): a NameError on an `mcp__` name says why it is no tool; a TypeError or AttributeError about
+    a coroutine, while some tool call was never awaited, asks about `await`. The message is changed in place
+    (once), so the traceback shows it."""
+    def teach(exc):
+        if getattr(exc, "_ptc_taught", False) or len(exc.args) != 1 or type(exc.args[0]) is not str:
+            return
+        message = exc.args[0]
+        if isinstance(exc, NameError):
+            match = NOT_DEFINED.fullmatch(message)
+            if match is None:
+                return
+            exc.args = (f"{message}: {toolbox.why_unknown(match.group(1))}",)
+            if getattr(exc, "name", None) is not None:
+                exc.name = None  # our closest names replace Python's "Did you mean" (3.10+)
+        elif isinstance(exc, (TypeError, AttributeError)) and "'coroutine'" in message and book.created > book.started:
+            exc.args = (message + AWAIT_HINT,)
+        else:
+            return
+        exc._ptc_taught = True
+
+    return teach
+
+
+def checked(run):
+    """(error, tree): the `done` error for a program whose tool calls cannot all work (None to run it), and
+    the syntax tree the check parsed (None without the check, or if the program does not parse)."""
+    if not run.precheck:
+        return None, None
+    findings, tree = precheck(run.code, run.toolbox)
+    if not findings:
+        return None, tree
+    lines = "\n".join(findings)
+    return {"kind": "PrecheckError",
+            "message": clip(f"{lines}\n(checked before running: nothing ran, no tool was called)\n", run.limit)}, tree
 
 
 def finish(channel, drain, streams, error):
@@ -512,12 +684,16 @@ def main():
     threading.Thread(target=channel.serve_results, name="ptc-reader", daemon=True).start()
     channel.send({"type": "ready", "version": PROTOCOL_VERSION})
     try:
-        code, tools, limit = parse_run(channel.receive_run())
+        run = Run(channel.receive_run())
     except Exception as e:
         channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
                      last=True)
         os._exit(0)
-    error = run_program(code, make_globals(channel, tools, limit), limit)
+    error, tree = checked(run)
+    if error is None:
+        book = CallBook()
+        namespace = make_globals(channel, run.toolbox, book, run.limit)
+        error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book))
     finish(channel, drain, streams, error)
 
 

@@ -15,6 +15,8 @@ import sys
 import tempfile
 import unittest
 
+from runner_source import RUNNER_SOURCE, run_message
+
 SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src" / "docker" / "confine.py").read_text("utf-8")
 namespace = {}
 exec(compile(SOURCE, "confine.py", "exec"), namespace)
@@ -145,13 +147,11 @@ class Installed(unittest.TestCase):
         self.assertEqual((report["nofile"], report["as"]), (64, 1 << 30))
 
     def test_the_runner_still_starts_and_answers(self):
-        runner = (pathlib.Path(__file__).resolve().parent.parent / "src" / "runner.py").read_text("utf-8")
-        source = f"{SOURCE}\nconfine({json.dumps(LIMITS)})\ndel confine\n{runner}"
+        source = f"{SOURCE}\nconfine({json.dumps(LIMITS)})\ndel confine\n{RUNNER_SOURCE}"
         with tempfile.TemporaryDirectory() as home:
             proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", source], env={"HOME": home}, cwd=home,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            run = {"type": "run", "code": "print(6 * 7)", "tools": [], "max_output_bytes": 1000}
-            proc.stdin.write(json.dumps(run).encode() + b"\n")
+            proc.stdin.write(json.dumps(run_message("print(6 * 7)", max_output_bytes=1000)).encode() + b"\n")
             proc.stdin.flush()  # kept open until the end: EOF on the channel ends the runner at once
             messages = []
             for line in proc.stdout:

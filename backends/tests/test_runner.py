@@ -13,8 +13,9 @@ import threading
 import time
 import unittest
 
-RUNNER_SOURCE = (pathlib.Path(__file__).resolve().parent.parent / "src" / "runner.py").read_text("utf-8")
-MESSAGE_TYPES = {"ready", "output", "call", "helper", "emit", "done"}
+from runner_source import RUNNER_SOURCE, run_message
+
+MESSAGE_TYPES = {"ready", "output", "call", "helper", "show", "emit", "done"}
 
 
 class Runner:
@@ -87,12 +88,12 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(runner.recv(), {"type": "ready", "version": 2})
         return runner
 
-    def run_program(self, code, tools=(), answer=None, max_output_bytes=65536, runner=None):
+    def run_program(self, code, tools=(), answer=None, max_output_bytes=65536, runner=None, **run):
         """Run code to its end. answer(request) returns the result message, or None to answer later by hand.
-        Returns every message after `ready` up to `done`; asserts nothing follows `done` and the exit is 0."""
+        Returns every message after `ready` up to `done`; asserts nothing follows `done` and the exit is 0.
+        `tools` and `run` (not_callable, down, precheck) as for runner_source.run_message."""
         runner = runner or self.start()
-        runner.send({"type": "run", "code": textwrap.dedent(code), "tools": list(tools),
-                     "max_output_bytes": max_output_bytes})
+        runner.send(run_message(textwrap.dedent(code), tools, max_output_bytes, **run))
         messages = []
         while True:
             message = runner.recv(timeout=15)
@@ -101,7 +102,7 @@ class RunnerTest(unittest.TestCase):
             messages.append(message)
             if message["type"] == "done":
                 break
-            if message["type"] in ("call", "helper") and answer is not None:
+            if message["type"] in ("call", "helper", "show") and answer is not None:
                 reply = answer(message)
                 if reply is not None:
                     runner.send(reply)
@@ -274,10 +275,12 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(second, "fine")
 
     def test_positional_arguments_are_rejected(self):
-        messages = self.run_program("await mcp__s__t(1)", tools=["mcp__s__t"])
+        messages = self.run_program("await mcp__s__t(1)", tools=["mcp__s__t"], precheck=False)
         error = self.error_of(messages)
         self.assertEqual(error["kind"], "TypeError")
-        self.assertTrue(error["message"].endswith("TypeError: mcp__s__t() takes keyword arguments only\n"))
+        self.assertTrue(error["message"].endswith(
+            "TypeError: mcp__s__t() takes keyword arguments only (got 1 positional argument). "
+            "Signature: mcp__s__t(**extra: Any) -> Any\n"), error["message"])
         self.assertEqual(self.of_type(messages, "call"), [])
 
     def test_arguments_must_be_json_serialisable(self):
@@ -370,11 +373,16 @@ class RunnerTest(unittest.TestCase):
 
     def test_tool_function_identity(self):
         messages = self.run_program("""
-            import asyncio
+            import asyncio, inspect, sys
             print(mcp__s__t.__name__, mcp__s__t.__qualname__, asyncio.iscoroutinefunction(mcp__s__t))
-            print(bool(mcp__s__t.__doc__), ToolError.__name__)
-        """, tools=["mcp__s__t"])
-        self.assertEqual(self.output(messages), "mcp__s__t mcp__s__t True\nTrue ToolError\n")
+            # inspect sees the mark from 3.12 on (a tool is a plain function that checks its arguments at once
+            # and returns the call's coroutine)
+            print(inspect.iscoroutinefunction(mcp__s__t) or sys.version_info < (3, 12))
+            call = mcp__s__t()
+            print(inspect.iscoroutine(call), ToolError.__name__)
+            call.close()
+        """, tools=["mcp__s__t"], answer=lambda r: ok(r, None))
+        self.assertEqual(self.output(messages), "mcp__s__t mcp__s__t True\nTrue\nTrue ToolError\n")
 
     # --- emit and helpers -----------------------------------------------------------------------
 
@@ -450,8 +458,152 @@ class RunnerTest(unittest.TestCase):
             print(__name__, __main__.__dict__ is globals(), __builtins__.__name__)
         """, tools=["mcp__s__t"])
         self.assertEqual(self.output(messages),
-                         "['ToolError', 'emit', 'inspect_tool', 'list_callable_tools', 'mcp__s__t', "
-                         "'server_status']\n__main__ True builtins\n")
+                         "['ToolError', 'emit', 'help', 'inspect_tool', 'list_callable_tools', 'mcp__s__t', "
+                         "'server_status', 'show']\n__main__ True builtins\n")
+
+    # --- signatures, the check before running, errors that teach, show -------------------------
+
+    QUERY = {
+        "name": "mcp__s__query",
+        "params": [
+            {"name": "ticker", "annotation": "str", "required": True, "types": ["string"]},
+            {"name": "from_", "key": "from", "annotation": "str", "required": False, "types": ["string"]},
+            {"name": "limit", "annotation": "int", "required": False, "default": 4, "types": ["integer"]},
+        ],
+        "returns": "Any",
+        "doc": "async def mcp__s__query(\n    *,\n    ticker: str,  # Stock ticker\n    from_: str = ...,  # key "
+               "\"from\"\n    limit: int = 4,\n) -> Any:  # no output schema: inspect the result\n    \"\"\"Query.\"\"\"\n",
+    }
+
+    def test_tool_functions_carry_their_signature_and_help_shows_it(self):
+        messages = self.run_program("""
+            import inspect
+            print(inspect.signature(mcp__s__query))
+            print(mcp__s__query.__doc__.splitlines()[0])
+            help(mcp__s__query)
+            help(len)
+        """, tools=[self.QUERY])
+        self.assert_success(messages)
+        output = self.output(messages)
+        self.assertTrue(output.startswith(
+            "(*, ticker: str, from_: str = ..., limit: int = 4) -> Any\n"
+            "async def mcp__s__query(\n" + self.QUERY["doc"]), output)
+        self.assertIn("len(obj, /)", output)  # pydoc's help for everything else
+
+    def test_names_are_sent_under_their_keys(self):
+        messages = self.run_program("""
+            await mcp__s__query(ticker="A", from_="2020")
+            await mcp__s__query(ticker="B", **{"from": "2021"})
+        """, tools=[self.QUERY], answer=lambda r: ok(r, None))
+        self.assert_success(messages)
+        self.assertEqual([c["args"] for c in self.of_type(messages, "call")],
+                         [{"ticker": "A", "from": "2020"}, {"ticker": "B", "from": "2021"}])
+
+    def test_a_call_that_cannot_be_right_raises_before_anything_is_sent(self):
+        messages = self.run_program("""
+            for kwargs in ({"tickr": "A"}, {"limit": 2}):
+                try:
+                    mcp__s__query(**kwargs)
+                except TypeError as e:
+                    print(e)
+        """, tools=[self.QUERY], precheck=False)
+        self.assert_success(messages)
+        signature = "Signature: mcp__s__query(*, ticker: str, from_: str = ..., limit: int = 4) -> Any"
+        self.assertEqual(self.output(messages),
+                         f"mcp__s__query() got an unexpected keyword argument 'tickr'. Did you mean 'ticker'? "
+                         f"{signature}\nmcp__s__query() missing required keyword argument 'ticker'. {signature}\n")
+        self.assertEqual(self.of_type(messages, "call"), [])
+
+    def test_a_program_with_findings_does_not_run(self):
+        messages = self.run_program("""
+            print("never printed")
+            r = await mcp__s__qurey(ticker="A")
+            await mcp__s__query(ticker="A", limit="4")
+            mcp__s__query(ticker="B")
+        """, tools=[self.QUERY])
+        error = messages[-1]["error"]
+        self.assertEqual(error["kind"], "PrecheckError")
+        self.assertEqual(error["message"],
+                         "line 3: 'mcp__s__qurey' is not a tool; did you mean 'mcp__s__query'?\n"
+                         "line 4: mcp__s__query(limit='4'): a string, but the tool expects an integer\n"
+                         "line 5: mcp__s__query(...) is never awaited, so the call never happens; write await "
+                         "mcp__s__query(...)\n"
+                         "(checked before running: nothing ran, no tool was called)\n")
+        self.assertEqual([m["type"] for m in messages], ["done"])
+
+    def test_without_precheck_the_same_program_runs_until_its_first_error(self):
+        messages = self.run_program("""
+            print("printed")
+            r = await mcp__s__qurey(ticker="A")
+        """, tools=[self.QUERY], precheck=False)
+        self.assertEqual(self.output(messages), "printed\n")
+        self.assertTrue(self.error_of(messages)["message"].endswith(
+            "NameError: name 'mcp__s__qurey' is not defined: 'mcp__s__qurey' is not a tool; did you mean "
+            "'mcp__s__query'?\n"))
+
+    def test_a_name_error_says_why_the_name_is_no_tool(self):
+        cases = {
+            "mcp__s__secret": "'mcp__s__secret' is not callable: it is blocked by tools.block",
+            "mcp__gone__x": "'mcp__gone__x' is not callable now: its server 'gone' is unavailable: exited",
+            "mcp__zz__zz": "'mcp__zz__zz' is not a tool; list_callable_tools() lists them",
+        }
+        for name, why in cases.items():
+            messages = self.run_program(f"await {name}()", tools=[self.QUERY], precheck=False,
+                                        not_callable={"mcp__s__secret": "it is blocked by tools.block"},
+                                        down={"mcp__gone__": "server 'gone' is unavailable: exited"})
+            self.assertTrue(self.error_of(messages)["message"].endswith(
+                f"NameError: name '{name}' is not defined: {why}\n"), messages)
+
+    def test_using_a_call_that_was_never_awaited_asks_about_await(self):
+        for use, error in (("r['price']", "TypeError: 'coroutine' object is not subscriptable"),
+                           ("r.get('price')", "AttributeError: 'coroutine' object has no attribute 'get'")):
+            messages = self.run_program(f"""
+                r = mcp__s__query(ticker="A")
+                {use}
+            """, tools=[self.QUERY], precheck=False)
+            message = self.error_of(messages)["message"]
+            self.assertTrue(message.endswith(
+                f"{error} (did you forget `await`? a tool call gives a coroutine until awaited: "
+                f"x = await mcp__s__t(...))\n"), message)
+        messages = self.run_program("""
+            async def mine():
+                return 1
+            c = mine()
+            c["x"]
+        """, precheck=False)
+        self.assertTrue(self.error_of(messages)["message"].endswith(
+            "TypeError: 'coroutine' object is not subscriptable\n"))
+
+    def test_show_names_the_call_and_the_blocks_of_a_result_or_a_placeholder(self):
+        image, audio = ("[non-text content omitted: image (image/png)]",
+                        "[non-text content omitted: audio (audio/wav)]")
+
+        def answer(request):
+            if request["type"] == "show":
+                left = "audio (audio/wav): max_attachments (1) already attached" if request["blocks"] == [1] else None
+                return ok(request, {"attached": 1, "left_out": left})
+            result = ok(request, {"result": "chart", "_notes": ["Found 2", image, audio]})
+            result["media"] = [image, audio]
+            return result
+
+        messages = self.run_program("""
+            r = await mcp__s__query(ticker="A")
+            show(r)
+            show(r["_notes"][2])
+            show(r["_notes"][1][:])
+            show(r["_notes"])
+            for bad in ("Found 2", "text", 5):
+                try:
+                    show(bad)
+                except ValueError as e:
+                    print(str(e)[:39])
+        """, tools=[self.QUERY], answer=answer)
+        self.assert_success(messages)
+        self.assertEqual([(m["call"], m["blocks"]) for m in self.of_type(messages, "show")],
+                         [(1, [0, 1]), (1, [1]), (1, [0]), (1, [0, 1])])
+        self.assertEqual(self.output(messages),
+                         "[show(): left out audio (audio/wav): max_attachments (1) already attached]\n"
+                         + "show() takes a tool result that carries\n" * 3)
 
     # --- errors ---------------------------------------------------------------------------------
 
@@ -618,14 +770,13 @@ class RunnerTest(unittest.TestCase):
 
     def test_stdin_eof_while_program_sleeps_exits(self):
         runner = self.start()
-        runner.send({"type": "run", "code": "import time\nprint('go', flush=True)\ntime.sleep(60)",
-                     "tools": [], "max_output_bytes": 100})
+        runner.send(run_message("import time\nprint('go', flush=True)\ntime.sleep(60)", max_output_bytes=100))
         self.assertEqual(runner.recv(), {"type": "output", "data": "go\n"})
         self.assert_exits_promptly(runner)
 
     def test_stdin_eof_while_waiting_for_a_helper_exits(self):
         runner = self.start()
-        runner.send({"type": "run", "code": "server_status()", "tools": [], "max_output_bytes": 100})
+        runner.send(run_message("server_status()", max_output_bytes=100))
         self.assertEqual(runner.recv()["type"], "helper")
         self.assert_exits_promptly(runner)
 

@@ -166,6 +166,12 @@ pub struct ExecutionConfig {
     /// Run programs in the landlock sandbox's degraded mode (no user namespaces: programs can learn which host
     /// files exist, and scratch is not size-limited). Off: such a machine refuses programs and says why.
     pub allow_degraded: bool,
+    /// Check the program's tool calls before it runs (unknown tools and arguments, literal values, calls
+    /// never awaited); any finding and nothing runs.
+    pub precheck: bool,
+    /// How many image/audio blocks `show()` may attach to one result, and their total size (base64 text).
+    pub max_attachments: usize,
+    pub max_attachment_bytes: usize,
 }
 
 impl Default for ExecutionConfig {
@@ -184,6 +190,9 @@ impl Default for ExecutionConfig {
             pool_size: 2,
             docker: DockerSettings::default(),
             allow_degraded: false,
+            precheck: true,
+            max_attachments: 4,
+            max_attachment_bytes: 10 * 1024 * 1024,
         }
     }
 }
@@ -393,10 +402,15 @@ pub enum ToolFilter {
 
 impl ToolFilter {
     pub fn permits(&self, namespaced: &str) -> bool {
+        self.refusal(namespaced).is_none()
+    }
+
+    /// Why the filter hides a tool, in words for the program that names it; `None` when it is callable.
+    pub fn refusal(&self, namespaced: &str) -> Option<&'static str> {
         match self {
-            ToolFilter::All => true,
-            ToolFilter::Allow(set) => set.is_match(namespaced),
-            ToolFilter::Block(set) => !set.is_match(namespaced),
+            ToolFilter::All => None,
+            ToolFilter::Allow(set) => (!set.is_match(namespaced)).then_some("it is not in tools.allow"),
+            ToolFilter::Block(set) => set.is_match(namespaced).then_some("it is blocked by tools.block"),
         }
     }
 }
@@ -442,6 +456,8 @@ impl ExecutionConfig {
             ("max_tool_calls", self.max_tool_calls as u64),
             ("max_concurrent_calls", self.max_concurrent_calls as u64),
             ("max_tool_result_bytes", self.max_tool_result_bytes as u64),
+            ("max_attachments", self.max_attachments as u64),
+            ("max_attachment_bytes", self.max_attachment_bytes as u64),
             ("limits.memory_mb", self.limits.memory_mb),
             ("limits.scratch_mb", self.limits.scratch_mb),
             ("limits.open_files", self.limits.open_files),

@@ -73,7 +73,15 @@ fn an_empty_document_gives_the_seed_defaults() {
         assert_eq!(e.docker, DockerSettings::default());
         assert_eq!((e.docker.image.as_str(), e.docker.host.as_deref()), ("python:3.12-slim", None));
         assert_eq!((e.docker.memory_mb(&e.limits), e.docker.scratch_mb(&e.limits)), (1024 + 256, 256));
+        assert_eq!((e.precheck, e.max_attachments, e.max_attachment_bytes), (true, 4, 10 * 1024 * 1024));
     }
+}
+
+#[test]
+fn the_precheck_and_attachment_bounds_are_configurable() {
+    let config = parse("execution:\n  precheck: false\n  max_attachments: 2\n  max_attachment_bytes: 1000\n").unwrap();
+    let e = &config.execution;
+    assert_eq!((e.precheck, e.max_attachments, e.max_attachment_bytes), (false, 2, 1000));
 }
 
 #[test]
@@ -116,6 +124,9 @@ fn errors_name_the_key_and_what_is_expected() {
         ("execution:\n  docker:\n    pids: 1\n", "execution.docker.pids: must be at least 8"),
         ("execution:\n  docker:\n    memory_mb: 1\n", "execution.docker.memory_mb: must be at least 16"),
         ("execution:\n  trace: full\n", "execution.trace: unknown variant `full`"),
+        ("execution:\n  precheck: maybe\n", "execution.precheck: invalid type"),
+        ("execution:\n  max_attachments: 0\n", "execution.max_attachments: must be at least 1"),
+        ("execution:\n  max_attachment_bytes: 0\n", "execution.max_attachment_bytes: must be at least 1"),
         ("servers:\n  - name: a\n    transport: stdio\n", "servers[0] ('a').command: required for transport stdio"),
         ("servers:\n  - name: a\n    transport: http\n", "servers[0] ('a').url: required for transport http"),
         (

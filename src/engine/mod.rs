@@ -2,6 +2,7 @@
 //! calls and helpers through the registry, and enforce every budget and limit here in the server.
 
 mod approval;
+mod attachments;
 mod deadline;
 mod gate;
 mod output;
@@ -10,6 +11,8 @@ mod record;
 mod report;
 mod run;
 mod trace;
+#[cfg(test)]
+mod transcript;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! What a run produced, and how it is rendered for the model: the original's text format plus the
 //! structured content `{ok, output, result, error, tool_calls}`.
 
+use rmcp::model::ContentBlock;
 use serde_json::{Value, json};
 
 use super::trace::Trace;
@@ -48,6 +49,8 @@ pub struct RunReport {
     /// exactly when `outcome` is not `Ok`.
     pub error: Option<String>,
     pub trace: Trace,
+    /// Image and audio blocks the program attached with `show()`, in order.
+    pub attachments: Vec<ContentBlock>,
 }
 
 impl RunReport {

@@ -17,14 +17,16 @@ use tokio_util::task::TaskTracker;
 
 use super::RunProgress;
 use super::approval::{Approval, ApprovalRequest};
+use super::attachments::Attachments;
 use super::deadline::Deadline;
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport};
 use super::trace::{Trace, shorten};
 use crate::config::ExecutionConfig;
+use crate::discovery::{InspectRequest, ListRequest};
 use crate::lines::Line;
-use crate::registry::Registry;
+use crate::registry::{CallResult, Registry};
 
 /// Messages to the runner waiting to be written; tasks wait when it is full, the loop never does.
 const WRITE_QUEUE: usize = 16;
@@ -91,9 +93,18 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     reader.set_max_len(max_line(cx.settings));
     let mut run = RunState::new(&cx, lines_tx);
 
-    let tools = cx.registry.catalog().names();
-    let start = ToRunner::Run { code: cx.code, tools: &tools, max_output_bytes: cx.settings.max_output_bytes };
+    let catalog = cx.registry.catalog();
+    let down = cx.registry.unavailable_prefixes();
+    let start = ToRunner::Run {
+        code: cx.code,
+        tools: catalog.runner_tools(),
+        not_callable: &catalog.refused,
+        down: &down,
+        precheck: cx.settings.precheck,
+        max_output_bytes: cx.settings.max_output_bytes,
+    };
     let _ = run.lines_tx.send(start.to_line()).await;
+    drop(catalog);
     let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
     let mut channel_open = true;
     let ending = loop {
@@ -170,6 +181,8 @@ struct RunState<'a> {
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
     slots: Arc<Semaphore>,
+    /// The image and audio blocks of results, and those `show()` attached (call tasks keep them).
+    attachments: Arc<Mutex<Attachments>>,
 }
 
 impl<'a> RunState<'a> {
@@ -187,6 +200,10 @@ impl<'a> RunState<'a> {
             deadline: cx.deadline.clone(),
             work: JoinSet::new(),
             slots: Arc::new(Semaphore::new(cx.settings.max_concurrent_calls)),
+            attachments: Arc::new(Mutex::new(Attachments::new(
+                cx.settings.max_attachments,
+                cx.settings.max_attachment_bytes,
+            ))),
         }
     }
 
@@ -196,6 +213,10 @@ impl<'a> RunState<'a> {
 
     fn trace(&self) -> std::sync::MutexGuard<'_, Trace> {
         self.trace.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn attachments(&self) -> std::sync::MutexGuard<'_, Attachments> {
+        self.attachments.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Answers one message from the runner. `Err` means the message breaks the protocol.
@@ -216,6 +237,14 @@ impl<'a> RunState<'a> {
             FromRunner::Call { id, tool, args, line } => self.call(id, tool, args, line)?,
             FromRunner::Helper { id, name, args } => {
                 let line = match helper(self.registry, &name, &args) {
+                    Ok(value) => ToRunner::success(id, &value).to_line(),
+                    Err(error) => ToRunner::failure(id, &error).to_line(),
+                };
+                self.reply(line);
+            }
+            FromRunner::Show { id, call, blocks } => {
+                let answer = self.attachments().show(call, &blocks.0);
+                let line = match answer.map(|value| to_raw_value(&value).expect("answers serialise")) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
                     Err(error) => ToRunner::failure(id, &error).to_line(),
                 };
@@ -262,6 +291,7 @@ impl<'a> RunState<'a> {
         let progress = self.progress.clone();
         let approval = self.approval.clone().filter(|approval| approval.needed_for(&tool));
         let deadline = self.deadline.clone();
+        let attachments = Arc::clone(&self.attachments);
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
             let approved = match &approval {
@@ -282,7 +312,15 @@ impl<'a> RunState<'a> {
             };
             // The result is dropped once it is in its line: a large one is not held twice while it is sent.
             let (line, ended) = match result {
-                Ok(value) => (ToRunner::success(id, &value).to_line(), Ok(value.get().len())),
+                Ok(CallResult { value, media }) => {
+                    // Kept before the program can see the result, so that show() finds them.
+                    let placeholders = if media.is_empty() {
+                        Vec::new()
+                    } else {
+                        attachments.lock().unwrap_or_else(|e| e.into_inner()).keep(id, media)
+                    };
+                    (ToRunner::success_with_media(id, &value, &placeholders).to_line(), Ok(value.get().len()))
+                }
                 Err(error) => (ToRunner::failure(id, &error).to_line(), Err(error)),
             };
             // Recorded before the program can see the result: a call it got an answer to is never reported
@@ -304,6 +342,8 @@ impl<'a> RunState<'a> {
 
     fn into_report(self, ending: Ending, settings: &ExecutionConfig) -> RunReport {
         let mut trace = std::mem::take(&mut *self.trace());
+        // Call tasks are aborted by now, but one may still hold a clone of the Arc: take the blocks out.
+        let attachments = std::mem::replace(&mut *self.attachments(), Attachments::new(0, 0)).into_blocks();
         let cancelled = trace.cancel_in_flight();
         let in_flight = if cancelled > 0 {
             format!("; {cancelled} tool call(s) still running were cancelled")
@@ -341,7 +381,7 @@ impl<'a> RunState<'a> {
         // reply stays within max_output_bytes and a small margin whatever the program does.
         let taken = error.as_ref().map_or(0, String::len) + self.result.as_ref().map_or(0, json_size);
         let output = self.output.finish(budget.saturating_sub(taken));
-        RunReport { outcome, output, result: self.result, error, trace }
+        RunReport { outcome, output, result: self.result, error, trace, attachments }
     }
 }
 
@@ -371,14 +411,12 @@ fn json_size<T: serde::Serialize>(value: &T) -> usize {
     serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
 }
 
-/// The introspection helpers available inside programs (not counted against budgets).
+/// The introspection helpers available inside programs (not counted against budgets); they take the
+/// arguments of the MCP tools of the same names.
 fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<Box<RawValue>, String> {
     let value = match name {
-        "list_callable_tools" => Value::from(registry.catalog().names()),
-        "inspect_tool" => match args.get("tool_name") {
-            Some(Value::String(tool)) => registry.inspect(&shorten(tool, MAX_TOOL_NAME))?,
-            _ => return Err("inspect_tool() needs tool_name=<a name from list_callable_tools()>".to_string()),
-        },
+        "list_callable_tools" => ListRequest::parse(args)?.list(&registry.catalog()).into_value(),
+        "inspect_tool" => InspectRequest::parse(args)?.inspect(&registry.catalog())?.into_value(),
         "server_status" => serde_json::to_value(registry.statuses()).expect("statuses serialise"),
         other => return Err(format!("unknown helper '{}'", shorten(other, MAX_TOOL_NAME))),
     };

@@ -2,14 +2,17 @@
 //! connects, re-lists or goes down. Name collisions are detected here and reported, never overwritten.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rmcp::model::Tool;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
 use crate::config::ToolFilter;
 use crate::naming::namespaced;
+use crate::search::Index;
+use crate::signatures::Signature;
 
 /// One callable downstream tool.
 pub struct ToolEntry {
@@ -20,6 +23,9 @@ pub struct ToolEntry {
     pub tool: Tool,
     validator: Option<jsonschema::Validator>,
     wrapped: bool,
+    signature: Signature,
+    /// The tool as the runner's `run` message carries it, serialised once.
+    runner_spec: Box<RawValue>,
 }
 
 impl ToolEntry {
@@ -33,7 +39,15 @@ impl ToolEntry {
         });
         let wrapped = tool.output_schema.as_deref().is_some_and(schema_says_wrapped)
             || tool_meta_says_wrapped(tool.meta.as_ref().map(|m| &m.0));
-        ToolEntry { namespaced: namespaced(server, &tool.name), server: server.to_string(), tool, validator, wrapped }
+        let namespaced = namespaced(server, &tool.name);
+        let signature = Signature::of(&namespaced, &tool, wrapped);
+        let runner_spec = serde_json::value::to_raw_value(&signature.runner_spec()).expect("specs serialise");
+        ToolEntry { namespaced, server: server.to_string(), tool, validator, wrapped, signature, runner_spec }
+    }
+
+    /// The tool as a Python function.
+    pub fn signature(&self) -> &Signature {
+        &self.signature
     }
 
     pub fn result_shape(&self) -> ResultShape<'_> {
@@ -81,17 +95,28 @@ pub struct Catalog {
     pub tools: BTreeMap<String, Arc<ToolEntry>>,
     /// One line per name collision: which tools collided and that neither is callable.
     pub collisions: Vec<String>,
+    /// Tools a connected server lists that are not callable, and why (the filter, a collision).
+    pub refused: BTreeMap<String, String>,
+    /// Built on the first search.
+    index: OnceLock<Index>,
+    /// The `tools` of the runner's `run` message, built for the first run.
+    runner_tools: OnceLock<Box<RawValue>>,
 }
 
 impl Catalog {
     /// Builds the catalog from each connected server's listing, keeping only tools the filter permits.
     /// Tools whose namespaced names collide are all left out, and the collision is reported.
     pub fn build(entries: impl IntoIterator<Item = Arc<ToolEntry>>, filter: &ToolFilter) -> Catalog {
-        let mut by_name: BTreeMap<String, Vec<Arc<ToolEntry>>> = BTreeMap::new();
-        for entry in entries.into_iter().filter(|e| filter.permits(&e.namespaced)) {
-            by_name.entry(entry.namespaced.clone()).or_default().push(entry);
-        }
         let mut catalog = Catalog::default();
+        let mut by_name: BTreeMap<String, Vec<Arc<ToolEntry>>> = BTreeMap::new();
+        for entry in entries {
+            match filter.refusal(&entry.namespaced) {
+                Some(why) => {
+                    catalog.refused.insert(entry.namespaced.clone(), why.to_string());
+                }
+                None => by_name.entry(entry.namespaced.clone()).or_default().push(entry),
+            }
+        }
         for (name, mut entries) in by_name {
             if entries.len() == 1 {
                 catalog.tools.insert(name, entries.pop().expect("one entry"));
@@ -99,6 +124,7 @@ impl Catalog {
             }
             let who: Vec<String> =
                 entries.iter().map(|e| format!("'{}' of server '{}'", e.tool.name, e.server)).collect();
+            catalog.refused.insert(name.clone(), format!("{} all map to it", who.join(", ")));
             catalog.collisions.push(format!("{} all map to '{name}'; none of them is callable", who.join(", ")));
         }
         catalog
@@ -106,6 +132,19 @@ impl Catalog {
 
     pub fn names(&self) -> Vec<String> {
         self.tools.keys().cloned().collect()
+    }
+
+    /// Every callable tool as the runner's `run` message lists them (a JSON array).
+    pub fn runner_tools(&self) -> &RawValue {
+        self.runner_tools.get_or_init(|| {
+            let specs: Vec<&str> = self.tools.values().map(|entry| entry.runner_spec.get()).collect();
+            RawValue::from_string(format!("[{}]", specs.join(","))).expect("an array of JSON objects is JSON")
+        })
+    }
+
+    /// The names of the tools that match `query`, best first (see [`Index::rank`]).
+    pub fn search(&self, query: &str) -> Vec<String> {
+        self.index.get_or_init(|| Index::new(self.tools.values().map(Arc::as_ref))).rank(query)
     }
 }
 
@@ -130,6 +169,10 @@ mod tests {
         let catalog = Catalog::build(entries(&[("s", "dup-name"), ("s", "dup_name"), ("s", "ok")]), &ToolFilter::All);
         assert_eq!(catalog.names(), ["mcp__s__ok"]);
         assert_eq!(
+            catalog.refused["mcp__s__dup_name"],
+            "'dup-name' of server 's', 'dup_name' of server 's' all map to it"
+        );
+        assert_eq!(
             catalog.collisions,
             [
                 "'dup-name' of server 's', 'dup_name' of server 's' all map to 'mcp__s__dup_name'; none of them is callable"
@@ -149,6 +192,13 @@ mod tests {
         let config: crate::config::ToolsConfig = serde_yaml_ng::from_str("block: ['mcp__s__secret*']").unwrap();
         let catalog = Catalog::build(entries(&[("s", "secret-thing"), ("s", "public")]), &config.filter().unwrap());
         assert_eq!(catalog.names(), ["mcp__s__public"]);
+        assert_eq!(
+            catalog.refused,
+            BTreeMap::from([("mcp__s__secret_thing".to_string(), "it is blocked by tools.block".to_string())])
+        );
+        let config: crate::config::ToolsConfig = serde_yaml_ng::from_str("allow: ['mcp__s__p*']").unwrap();
+        let catalog = Catalog::build(entries(&[("s", "secret-thing"), ("s", "public")]), &config.filter().unwrap());
+        assert_eq!(catalog.refused["mcp__s__secret_thing"], "it is not in tools.allow");
     }
 
     #[test]

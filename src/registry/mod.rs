@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
+use crate::naming::identifier_part;
 pub use catalog::{Catalog, ToolEntry};
 use liveness::{Loss, LossKind};
 
@@ -71,6 +72,12 @@ pub struct Registry {
 /// How long [`Registry::shutdown`] waits for the supervisors to close their sessions politely (which takes
 /// at most ~2 s each, in parallel) before it kills what is left.
 const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);
+
+/// What a call gives the program: its value, and the image and audio blocks `show()` can attach.
+pub struct CallResult {
+    pub value: Box<RawValue>,
+    pub media: Vec<result::Media>,
+}
 
 /// One row of `server_status()`, the original's shape.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -131,16 +138,6 @@ impl Registry {
         Arc::clone(&self.catalog.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// What `inspect_tool` shows for a namespaced name; `Err` is the seed's `[Tool not found]` message.
-    pub fn inspect(&self, name: &str) -> Result<Value, String> {
-        match self.catalog().tools.get(name) {
-            Some(entry) => Ok(entry.inspection()),
-            None => Err(format!(
-                "[Tool not found] '{name}' is not a callable tool; list_callable_tools gives the exact names"
-            )),
-        }
-    }
-
     /// Waits until every server has finished its first connection attempt, at most until `limit` after
     /// start-up. Lets the first program after start-up see the tools of servers that are still starting;
     /// later ones see at once which servers are still starting.
@@ -154,15 +151,26 @@ impl Registry {
     /// One sentence for each server that is not connected: `server 'x' is starting (for 12s so far)` or
     /// `server 'x' is unavailable: <reason>`.
     pub fn unavailable(&self) -> Vec<String> {
+        self.not_connected().into_iter().map(|(_, sentence)| sentence).collect()
+    }
+
+    /// The tool-name prefix (`mcp__<server>__`) of each server that is not connected, with the sentence of
+    /// [`Registry::unavailable`]: a program that names one of its tools learns why it is missing.
+    pub fn unavailable_prefixes(&self) -> BTreeMap<String, String> {
+        self.not_connected().into_iter().collect()
+    }
+
+    fn not_connected(&self) -> Vec<(String, String)> {
         self.servers
             .iter()
             .filter_map(|server| {
                 let name = &server.config.name;
-                match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
-                    ServerState::Up { .. } => None,
-                    ServerState::Starting { since } => Some(format!("server '{name}' is {}", starting(*since))),
-                    ServerState::Down { reason } => Some(format!("server '{name}' is unavailable: {reason}")),
-                }
+                let sentence = match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
+                    ServerState::Up { .. } => return None,
+                    ServerState::Starting { since } => format!("server '{name}' is {}", starting(*since)),
+                    ServerState::Down { reason } => format!("server '{name}' is unavailable: {reason}"),
+                };
+                Some((format!("mcp__{}__", identifier_part(name)), sentence))
             })
             .collect()
     }
@@ -192,7 +200,7 @@ impl Registry {
         arguments: Map<String, Value>,
         timeout: Duration,
         max_result_bytes: usize,
-    ) -> Result<Box<RawValue>, String> {
+    ) -> Result<CallResult, String> {
         let entry = self
             .catalog()
             .tools
@@ -218,7 +226,8 @@ impl Registry {
             }
             Ok(Ok(result)) => result,
         };
-        result::interpret(name, &result, &entry.result_shape(), max_result_bytes)
+        let value = result::interpret(name, &result, &entry.result_shape(), max_result_bytes)?;
+        Ok(CallResult { value, media: result::media(result) })
     }
 
     fn peer(&self, server_name: &str) -> Result<(Peer<RoleClient>, Option<liveness::Losses>), String> {

@@ -18,6 +18,40 @@ pub struct ResultShape<'a> {
     pub wrapped: bool,
 }
 
+/// An image or audio block of a result: `show()` in the program can attach it to the run's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Media {
+    /// What it is, e.g. `image (image/png)`.
+    pub what: String,
+    pub block: ContentBlock,
+}
+
+impl Media {
+    /// Its placeholder in the value's `_notes`, e.g. `[non-text content omitted: image (image/png)]`.
+    pub fn placeholder(&self) -> String {
+        placeholder_for(&self.what)
+    }
+
+    /// The size that counts against `max_attachment_bytes`: the base64 text.
+    pub fn bytes(&self) -> usize {
+        match &self.block {
+            ContentBlock::Image(image) => image.data.len(),
+            ContentBlock::Audio(audio) => audio.data.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// The image and audio blocks of a result (taken out of it), in order, each with its placeholder.
+pub fn media(result: CallToolResult) -> Vec<Media> {
+    result
+        .content
+        .into_iter()
+        .filter(|block| matches!(block, ContentBlock::Image(_) | ContentBlock::Audio(_)))
+        .filter_map(|block| Some(Media { what: what(&block)?, block }))
+        .collect()
+}
+
 /// Reads `result` of a call to `tool`. `Err` is the `ToolError` message the program sees.
 pub fn interpret(
     tool: &str,
@@ -107,7 +141,16 @@ pub fn too_large(tool: &str, bytes: usize, max_bytes: usize) -> String {
 
 /// A placeholder note for content a program cannot receive.
 fn placeholder(block: &ContentBlock) -> Option<String> {
-    let what = match block {
+    what(block).map(|what| placeholder_for(&what))
+}
+
+fn placeholder_for(what: &str) -> String {
+    format!("[non-text content omitted: {what}]")
+}
+
+/// What a block a program cannot receive is, in words: `image (image/png)`; `None` for text.
+fn what(block: &ContentBlock) -> Option<String> {
+    Some(match block {
         ContentBlock::Text(_) => return None,
         ContentBlock::Image(image) => format!("image ({})", image.mime_type),
         ContentBlock::Audio(audio) => format!("audio ({})", audio.mime_type),
@@ -120,8 +163,7 @@ fn placeholder(block: &ContentBlock) -> Option<String> {
         },
         ContentBlock::ResourceLink(link) => format!("resource link {}", link.uri),
         _ => "unknown content type".to_string(),
-    };
-    Some(format!("[non-text content omitted: {what}]"))
+    })
 }
 
 /// Whether a text block only restates the structured content, so it is no note: it renders the whole of

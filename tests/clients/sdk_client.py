@@ -3,17 +3,20 @@ as JSON.
 
 Run with the venv from ci/test-deps.sh ($PTC_TEST_SDK_PYTHON):
 
-    sdk_client.py [--protocol VERSION|auto|legacy] [--code CODE] -- COMMAND [ARGS...]
-    sdk_client.py [--protocol ...] [--code CODE] --url http://127.0.0.1:PORT/mcp [--header 'Name: value']
+    sdk_client.py [--protocol VERSION|auto|legacy] [--code CODE] [--list-args JSON] -- COMMAND [ARGS...]
+    sdk_client.py [--protocol ...] [--code CODE] [--list-args JSON] --url http://127.0.0.1:PORT/mcp [--header 'Name: value']
 
 Starts COMMAND with the SDK's stdio transport (or connects to URL with its streamable HTTP client, sending
-each --header with every request), connects in the chosen era, lists the tools, calls
-`list_callable_tools`, calls `execute_program` with CODE, and prints ONE JSON object on stdout:
+each --header with every request), connects in the chosen era, lists the tools, calls `list_callable_tools`
+(with the --list-args object as its arguments, default {}), calls `execute_program` with CODE, and prints ONE
+JSON object on stdout:
 
     {"negotiated_version": "2026-07-28", "lifecycle": "discover", "server_info": {...},
      "wire": ["server/discover@2026-07-28", "tools/list@2026-07-28", ...],
      "tools": [names], "callable": "<first text block>", "callable_extra": [more text blocks],
-     "execute": {"is_error": false, "text": "...", "structured": {...}}, "errors": {}}
+     "execute": {"is_error": false, "text": "...", "structured": {...},
+                 "content": [{"type": "text"}, {"type": "image", "mime_type": "image/png", "bytes": 1234}]},
+     "errors": {}}
 
 How the era is chosen (SDK 2.3.0, `mcp.client.Client(mode=...)`):
   auto          Client(mode="auto"), the SDK default: sends `server/discover` at 2026-07-28 first and
@@ -135,8 +138,25 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _content(result: types.CallToolResult) -> list[dict[str, Any]]:
+    """Each content block's type, and for images and audio their MIME type and size (base64 text)."""
+    blocks = []
+    for block in result.content:
+        data = getattr(block, "data", None)
+        entry: dict[str, Any] = {"type": block.type}
+        if data is not None:
+            entry.update(mime_type=block.mime_type, bytes=len(data))
+        blocks.append(entry)
+    return blocks
+
+
 async def _exercise(
-    api: Any, session: ClientSession, code: str, report: dict[str, Any], want_progress: bool = False
+    api: Any,
+    session: ClientSession,
+    code: str,
+    list_args: dict[str, Any],
+    report: dict[str, Any],
+    want_progress: bool = False,
 ) -> None:
     """List tools, call list_callable_tools and execute_program; `api` is a Client or a ClientSession."""
     report["negotiated_version"] = session.protocol_version
@@ -157,7 +177,7 @@ async def _exercise(
         errors["tools/list"] = _describe(exc)
 
     try:
-        callable_result = await api.call_tool("list_callable_tools", {})
+        callable_result = await api.call_tool("list_callable_tools", list_args)
         texts = _texts(callable_result)
         report["callable"] = texts[0] if texts else None
         report["callable_extra"] = texts[1:]
@@ -176,6 +196,7 @@ async def _exercise(
             "is_error": bool(run.is_error),
             "text": "\n".join(_texts(run)),
             "structured": run.structured_content,
+            "content": _content(run),
         }
     except MCPError as exc:
         errors["execute_program"] = _describe(exc)
@@ -196,6 +217,7 @@ def _elicitation_callback(args: argparse.Namespace, report: dict[str, Any]) -> A
 
 
 async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> None:
+    list_args = json.loads(args.list_args)
     if args.url:
         headers = dict(header.split(":", 1) for header in args.header)
         transport = _recording_http(args.url, {k.strip(): v.strip() for k, v in headers.items()}, report["wire"])
@@ -212,7 +234,7 @@ async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> N
                 elicitation_callback=_elicitation_callback(args, report),
             ) as session:
                 await _pinned_initialize(session, protocol)
-                await _exercise(session, session, code, report, args.progress)
+                await _exercise(session, session, code, list_args, report, args.progress)
         return
 
     if protocol == LATEST_HANDSHAKE_VERSION:
@@ -228,7 +250,7 @@ async def _run(args: argparse.Namespace, code: str, report: dict[str, Any]) -> N
                 f"asked for {protocol} but the SDK negotiated {client.protocol_version} "
                 f"(server/discover was not accepted at {protocol})"
             )
-        await _exercise(client, client.session, code, report, args.progress)
+        await _exercise(client, client.session, code, list_args, report, args.progress)
 
 
 def main() -> int:
@@ -243,6 +265,8 @@ def main() -> int:
                         help="with --protocol 2026-07-28: adopt the version without server/discover")
     parser.add_argument("--code", default="print(1)", help="program for execute_program (default: print(1))")
     parser.add_argument("--code-file", help="read the program for execute_program from this file")
+    parser.add_argument("--list-args", default="{}",
+                        help="the arguments of the list_callable_tools call, as a JSON object (default: {})")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds each request may take (default: 60); the whole run gets 3x that + 10")
     parser.add_argument("--sdk-default-env", action="store_true",

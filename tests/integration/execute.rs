@@ -112,9 +112,15 @@ async fn tool_results_are_parsed_json_and_tool_errors_can_be_caught() {
 
 #[apply(integration_test!)]
 async fn positional_arguments_are_a_type_error_naming_the_tool() {
-    let ptc = ptc_with_mock("").await;
+    let ptc = ptc_with_mock("  precheck: false\n").await;
     let text = ptc.execute("await mcp__mock__echo(1)").await.expect_error();
-    assert!(text.contains("TypeError: mcp__mock__echo() takes keyword arguments only"), "{text}");
+    assert!(
+        text.contains(
+            "TypeError: mcp__mock__echo() takes keyword arguments only (got 1 positional argument). Signature: \
+             mcp__mock__echo(*, message: str = ..., **extra: Any) -> Any"
+        ),
+        "{text}"
+    );
 }
 
 #[apply(integration_test!)]

@@ -9,8 +9,10 @@ mod common;
 mod approval;
 mod audit;
 mod channel;
+mod checks;
 mod cli;
 mod conformance;
+mod discovery;
 mod docker;
 mod downstreams;
 mod escape;
@@ -20,6 +22,7 @@ mod pool;
 mod progress;
 mod registry;
 mod shell;
+mod show;
 mod thirdparty;
 mod transports;
 

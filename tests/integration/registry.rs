@@ -111,7 +111,11 @@ async fn allow_and_block_globs_filter_namespaced_names() {
     .await;
     assert_eq!(allow.list_callable_tools().await.0, ["mcp__mock__echo", "mcp__mock__env"]);
     let run = allow.execute("await mcp__mock__add(a=1, b=2)").await;
-    assert!(run.expect_error().contains("NameError: name 'mcp__mock__add' is not defined"), "{}", run.text());
+    assert!(
+        run.expect_error().contains("line 1: 'mcp__mock__add' is not callable: it is not in tools.allow"),
+        "{}",
+        run.text()
+    );
     let block = Ptc::start(
         &config(&[mock_server("mock", &[])], "")
             .replace("execution:", "tools:\n  block: ['*hang*', '*crash*']\nexecution:"),

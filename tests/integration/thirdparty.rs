@@ -7,13 +7,18 @@ use crate::common::*;
 
 /// Runs tests/clients/sdk_client.py against ptc-mcp on `config_text` and returns its JSON report.
 async fn sdk_client(protocol: &str, config_text: &str, code: &str) -> Option<Value> {
+    sdk_client_listing(protocol, config_text, code, &json!({})).await
+}
+
+/// [`sdk_client`], with `list_args` as the arguments of its `list_callable_tools` call.
+async fn sdk_client_listing(protocol: &str, config_text: &str, code: &str, list_args: &Value) -> Option<Value> {
     let python = required_path("python-sdk", "PTC_TEST_SDK_PYTHON")?;
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("config.yaml");
     std::fs::write(&config_path, config_text).unwrap();
     let output = tokio::process::Command::new(python)
         .arg(repo_path("tests/clients/sdk_client.py"))
-        .args(["--protocol", protocol, "--code", code, "--"])
+        .args(["--protocol", protocol, "--code", code, "--list-args", &list_args.to_string(), "--"])
         .arg(binary())
         .arg("--config")
         .arg(&config_path)
@@ -101,4 +106,118 @@ async fn a_program_uses_the_pypi_time_server_which_speaks_the_2026_protocol() {
                 print(c['target']['datetime'][11:16])";
     let text = ptc.execute(code).await.expect_ok();
     assert!(text.starts_with("[Script executed successfully]\nEurope/Paris True\n21:00\n"), "{text}");
+}
+
+#[apply(integration_test!)]
+async fn the_official_python_sdk_searches_for_signatures_and_receives_shown_images_and_audio() {
+    let code = "r = await mcp__mock__media(n=1, size=16)\nshow(r)\nprint(r['result'])";
+    let list_args = json!({"query": "media", "detail": "signatures", "limit": 1});
+    let Some(report) =
+        sdk_client_listing("2025-11-25", &config(&[mock_server("mock", &["--media"])], ""), code, &list_args).await
+    else {
+        return;
+    };
+    assert_eq!(report["errors"], json!({}));
+    assert!(
+        report["callable"].as_str().unwrap().starts_with("async def mcp__mock__media(\n    *,\n    n: int = ...,"),
+        "{}",
+        report["callable"]
+    );
+    assert_eq!(
+        report["execute"]["content"],
+        json!([{"type": "text"}, {"type": "image", "mime_type": "image/png", "bytes": 16},
+               {"type": "audio", "mime_type": "audio/wav", "bytes": 16}])
+    );
+    assert!(report["execute"]["text"].as_str().unwrap().starts_with("[Script executed successfully]\nmedia #1\n"));
+}
+
+/// server-everything's stdio entry.
+async fn everything() -> Option<Ptc> {
+    let server = required_path("third-party-servers", "PTC_TEST_EVERYTHING_SERVER")?;
+    let entry = format!("  - name: everything\n    command: node\n    args: [{}]\n", json!(server));
+    let ptc = Ptc::start(&config(&[entry], "")).await;
+    wait_for_tool(&ptc, "mcp__everything__get_tiny_image").await;
+    Some(ptc)
+}
+
+#[apply(integration_test!)]
+async fn a_program_shows_the_image_server_everything_returns() {
+    let Some(ptc) = everything().await else {
+        return;
+    };
+    let run =
+        ptc.execute("r = await mcp__everything__get_tiny_image()\nshow(r['_notes'][0])\nprint(r['_notes'])").await;
+    run.expect_ok();
+    assert_eq!(run.0.content.len(), 2, "{:?}", run.0.content);
+    let rmcp::model::ContentBlock::Image(image) = &run.0.content[1] else { panic!("{:?}", run.0.content[1]) };
+    assert_eq!(image.mime_type, "image/png");
+    assert!(image.data.starts_with("iVBORw0KGgo"), "a PNG, base64");
+    assert!(run.structured()["output"].as_str().unwrap().contains("[non-text content omitted: image (image/png)]"));
+}
+
+#[apply(integration_test!)]
+async fn the_check_reads_server_everythings_real_schemas() {
+    let Some(ptc) = everything().await else {
+        return;
+    };
+    let text = ptc
+        .execute("await mcp__everything__get_annotated_message(messageType='eror', includeImage='yes')")
+        .await
+        .expect_error();
+    assert_eq!(
+        text,
+        "[Script execution failed]\n\
+         line 1: mcp__everything__get_annotated_message(messageType='eror'): not one of 'error', 'success', 'debug'; \
+         did you mean 'error'?\n\
+         line 1: mcp__everything__get_annotated_message(includeImage='yes'): a string, but the tool expects a boolean\n\
+         (checked before running: nothing ran, no tool was called)"
+    );
+    let signature = ptc
+        .call("list_callable_tools", json!({"query": "get_annotated_message", "detail": "signatures", "limit": 1}))
+        .await;
+    assert_eq!(
+        text_block(&signature, 0),
+        "async def mcp__everything__get_annotated_message(\n    *,\n    messageType: Literal[\"error\", \"success\", \
+         \"debug\"],  # Type of message to demonstrate different annotation patterns\n    includeImage: bool = False,  \
+         # Whether to include an example image\n) -> Any:  # no output schema: inspect the result\n    \
+         \"\"\"Demonstrates how annotations can be used to provide metadata about content.\"\"\"\n"
+    );
+}
+
+#[apply(integration_test!)]
+async fn a_program_shows_the_audio_server_filesystem_reads() {
+    let Some(server) = required_path("third-party-servers", "PTC_TEST_FILESYSTEM_SERVER") else {
+        return;
+    };
+    let files = tempfile::tempdir().unwrap();
+    // A valid, silent, 8-sample WAV file.
+    let mut wav = b"RIFF".to_vec();
+    wav.extend(36u32.wrapping_add(8).to_le_bytes());
+    wav.extend(b"WAVEfmt ");
+    wav.extend([16, 0, 0, 0, 1, 0, 1, 0]);
+    wav.extend(8000u32.to_le_bytes());
+    wav.extend(8000u32.to_le_bytes());
+    wav.extend([1, 0, 8, 0]);
+    wav.extend(b"data");
+    wav.extend(8u32.to_le_bytes());
+    wav.extend([128; 8]);
+    std::fs::write(files.path().join("beep.wav"), &wav).unwrap();
+    let dir = files.path().display().to_string();
+    let entry = format!("  - name: files\n    command: node\n    args: [{}, {}]\n", json!(server), json!(dir));
+    let ptc = Ptc::start(&config(&[entry], "")).await;
+    wait_for_tool(&ptc, "mcp__files__read_media_file").await;
+    let code = format!("r = await mcp__files__read_media_file(path={})\nshow(r)", json!(format!("{dir}/beep.wav")));
+    let run = ptc.execute(&code).await;
+    run.expect_ok();
+    let kinds: Vec<String> = run
+        .0
+        .content
+        .iter()
+        .map(|b| match b {
+            rmcp::model::ContentBlock::Audio(audio) => format!("audio {}", audio.mime_type),
+            rmcp::model::ContentBlock::Text(_) => "text".to_string(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["text", "audio audio/wav"]);
 }

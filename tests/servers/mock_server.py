@@ -195,6 +195,19 @@ def register_file_style(server):
                     {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
 
 
+def register_media(server):
+    """A result with an image and an audio block of `size` bytes each (base64 text), between two texts."""
+    def media(args):
+        size = args.get("size", 8)
+        blob = base64.b64encode(b"\0" * (size * 3 // 4)).decode()
+        return result(text(f"media #{args.get('n', 0)}"),
+                      {"type": "image", "data": blob, "mimeType": "image/png"},
+                      {"type": "audio", "data": blob, "mimeType": "audio/wav"})
+
+    server.add_tool("media", media, "Text, then an image and an audio block of `size` base64 bytes each.",
+                    {"type": "object", "properties": {"n": {"type": "integer"}, "size": {"type": "integer"}}})
+
+
 def register_extras(server, count):
     for i in range(count):
         server.add_tool(f"extra_{i}", lambda _args: result(text("ok")),
@@ -224,6 +237,8 @@ def main():
                         help="also register the colliding tools dup-name and dup_name")
     parser.add_argument("--file-style", action="store_true",
                         help="also register file_style, which answers as server-filesystem does")
+    parser.add_argument("--media", action="store_true",
+                        help="also register media, whose result carries an image and an audio block")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N",
                         help="also register N trivial tools extra_0..extra_{N-1}")
     options = parser.parse_args()
@@ -253,6 +268,8 @@ def main():
         register_collisions(server)
     if options.file_style:
         register_file_style(server)
+    if options.media:
+        register_media(server)
     register_extras(server, options.extra_tools)
     server.serve()
 

@@ -185,3 +185,28 @@ fn a_json_text_is_passed_through_verbatim() {
     let raw = interpret("t", &result(json!({"content": [text("{\"a\":  1}")]})), &ResultShape::default(), MAX).unwrap();
     assert_eq!(raw.get(), "{\"a\":  1}");
 }
+
+#[test]
+fn image_and_audio_blocks_are_kept_with_their_placeholders() {
+    let image = json!({"type": "image", "data": "aGk=", "mimeType": "image/png"});
+    let audio = json!({"type": "audio", "data": "AAAA", "mimeType": "audio/wav"});
+    let link = json!({"type": "resource_link", "uri": "file:///x", "name": "x"});
+    let raw = result(json!({"content": [text("chart"), image.clone(), link, audio.clone()]}));
+    let value = interpret("t", &raw, &ResultShape::default(), MAX).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(value.get()).unwrap()["_notes"],
+        json!([
+            "[non-text content omitted: image (image/png)]",
+            "[non-text content omitted: resource link file:///x]",
+            "[non-text content omitted: audio (audio/wav)]"
+        ])
+    );
+    let kept = media(raw);
+    let placeholders: Vec<String> = kept.iter().map(Media::placeholder).collect();
+    assert_eq!(
+        placeholders,
+        ["[non-text content omitted: image (image/png)]", "[non-text content omitted: audio (audio/wav)]"]
+    );
+    assert_eq!(kept[0].block, serde_json::from_value::<ContentBlock>(image).unwrap());
+    assert_eq!((kept[0].bytes(), kept[1].bytes()), (4, 4));
+}

@@ -1,0 +1,225 @@
+//! What `list_callable_tools` and `inspect_tool` answer, for the MCP tools and the helpers inside programs
+//! alike: the same arguments, checked the same way, and the same listings. With no arguments beyond the
+//! seed's, the answers are the seed's.
+
+use serde_json::{Map, Value};
+
+use crate::registry::Catalog;
+
+pub const LIST_ARGUMENTS: &[&str] = &["query", "detail", "limit"];
+pub const INSPECT_ARGUMENTS: &[&str] = &["tool_name", "format"];
+/// Names longer than this are no tool's and are cut in messages (a program can send any length).
+const MAX_NAME_SHOWN: usize = 1024;
+
+/// `list_callable_tools(query=None, detail="names", limit=None)`.
+#[derive(Debug, Default, PartialEq)]
+pub struct ListRequest {
+    pub query: Option<String>,
+    pub signatures: bool,
+    pub limit: Option<usize>,
+}
+
+/// What `list_callable_tools` lists.
+#[derive(Debug, PartialEq)]
+pub enum Listing {
+    /// Sorted, or best first for a query.
+    Names(Vec<String>),
+    /// The Python signatures of those tools, one after the other.
+    Signatures(String),
+}
+
+impl ListRequest {
+    /// Reads the arguments; `Err` says what is wrong and what is expected.
+    pub fn parse(arguments: &Map<String, Value>) -> Result<ListRequest, String> {
+        check_names("list_callable_tools", arguments, LIST_ARGUMENTS)?;
+        let query = match arguments.get("query") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(query)) if query.trim().is_empty() => None,
+            Some(Value::String(query)) => Some(query.clone()),
+            Some(other) => return Err(format!("list_callable_tools: query must be a string, got {other}")),
+        };
+        let signatures = match arguments.get("detail") {
+            None | Some(Value::Null) => false,
+            Some(Value::String(detail)) if detail == "names" => false,
+            Some(Value::String(detail)) if detail == "signatures" => true,
+            Some(other) => {
+                return Err(format!("list_callable_tools: detail must be \"names\" or \"signatures\", got {other}"));
+            }
+        };
+        let limit = match arguments.get("limit") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => n.as_u64().map(saturating_usize),
+            Some(other) => {
+                return Err(format!("list_callable_tools: limit must be an integer of at least 1, got {other}"));
+            }
+        };
+        Ok(ListRequest { query, signatures, limit })
+    }
+
+    /// The listing of `catalog`: every callable tool's name sorted, or for a query the matching ones best
+    /// first; at most `limit`; as names or signatures.
+    pub fn list(&self, catalog: &Catalog) -> Listing {
+        let mut names = match &self.query {
+            Some(query) => catalog.search(query),
+            None => catalog.names(),
+        };
+        if let Some(limit) = self.limit {
+            names.truncate(limit);
+        }
+        if !self.signatures {
+            return Listing::Names(names);
+        }
+        if names.is_empty() {
+            let what = self.query.as_deref().map_or(String::new(), |q| format!(" matches '{}'", one_line(&shown(q))));
+            return Listing::Signatures(format!("# no callable tool{what}"));
+        }
+        let signatures: Vec<String> =
+            names.iter().filter_map(|name| catalog.tools.get(name)).map(|entry| entry.signature().render()).collect();
+        Listing::Signatures(signatures.join("\n\n"))
+    }
+}
+
+impl Listing {
+    /// As JSON for a program: the list of names, or the text of the signatures.
+    pub fn into_value(self) -> Value {
+        match self {
+            Listing::Names(names) => Value::from(names),
+            Listing::Signatures(text) => Value::String(text),
+        }
+    }
+}
+
+/// `inspect_tool(tool_name, format="json")`.
+#[derive(Debug, PartialEq)]
+pub struct InspectRequest {
+    pub tool_name: String,
+    pub python: bool,
+}
+
+/// What `inspect_tool` shows.
+#[derive(Debug, PartialEq)]
+pub enum Inspection {
+    /// The seed's `{name, description, inputSchema, outputSchema, note?}` (plus title and annotations).
+    Json(Value),
+    /// The tool's Python signature.
+    Python(String),
+}
+
+impl InspectRequest {
+    pub fn parse(arguments: &Map<String, Value>) -> Result<InspectRequest, String> {
+        check_names("inspect_tool", arguments, INSPECT_ARGUMENTS)?;
+        let Some(Value::String(tool_name)) = arguments.get("tool_name") else {
+            return Err("inspect_tool needs tool_name: one of the names list_callable_tools returns".to_string());
+        };
+        let python = match arguments.get("format") {
+            None | Some(Value::Null) => false,
+            Some(Value::String(format)) if format == "json" => false,
+            Some(Value::String(format)) if format == "python" => true,
+            Some(other) => return Err(format!("inspect_tool: format must be \"json\" or \"python\", got {other}")),
+        };
+        Ok(InspectRequest { tool_name: tool_name.clone(), python })
+    }
+
+    /// The tool's description; `Err` is the seed's `[Tool not found]` message.
+    pub fn inspect(&self, catalog: &Catalog) -> Result<Inspection, String> {
+        let Some(entry) = catalog.tools.get(&self.tool_name) else {
+            return Err(format!(
+                "[Tool not found] '{}' is not a callable tool; list_callable_tools gives the exact names",
+                shown(&self.tool_name)
+            ));
+        };
+        Ok(if self.python {
+            Inspection::Python(entry.signature().render())
+        } else {
+            Inspection::Json(entry.inspection())
+        })
+    }
+}
+
+impl Inspection {
+    /// As JSON for a program: the inspection object, or the signature's text.
+    pub fn into_value(self) -> Value {
+        match self {
+            Inspection::Json(value) => value,
+            Inspection::Python(text) => Value::String(text),
+        }
+    }
+}
+
+/// Rejects arguments the tool does not take, naming those it does.
+fn check_names(tool: &str, arguments: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
+    match arguments.keys().find(|key| !known.contains(&key.as_str())) {
+        Some(unknown) => {
+            Err(format!("{tool} got an unexpected argument '{}'; it takes {}", shown(unknown), known.join(", ")))
+        }
+        None => Ok(()),
+    }
+}
+
+/// `text` cut to [`MAX_NAME_SHOWN`] characters.
+fn shown(text: &str) -> String {
+    text.chars().take(MAX_NAME_SHOWN).collect()
+}
+
+fn one_line(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+fn saturating_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn list(arguments: Value) -> Result<ListRequest, String> {
+        ListRequest::parse(arguments.as_object().unwrap())
+    }
+
+    #[test]
+    fn list_arguments_default_to_the_seed_listing() {
+        assert_eq!(list(json!({})), Ok(ListRequest::default()));
+        assert_eq!(list(json!({"query": " ", "detail": "names", "limit": null})), Ok(ListRequest::default()));
+        assert_eq!(
+            list(json!({"query": "revenue", "detail": "signatures", "limit": 2})),
+            Ok(ListRequest { query: Some("revenue".into()), signatures: true, limit: Some(2) })
+        );
+    }
+
+    #[test]
+    fn bad_list_arguments_say_what_is_expected() {
+        let errors = [
+            (
+                json!({"detail": "full"}),
+                "list_callable_tools: detail must be \"names\" or \"signatures\", got \"full\"",
+            ),
+            (json!({"limit": 0}), "list_callable_tools: limit must be an integer of at least 1, got 0"),
+            (json!({"limit": 2.5}), "list_callable_tools: limit must be an integer of at least 1, got 2.5"),
+            (json!({"query": 3}), "list_callable_tools: query must be a string, got 3"),
+            (
+                json!({"qurey": "x"}),
+                "list_callable_tools got an unexpected argument 'qurey'; it takes query, detail, limit",
+            ),
+        ];
+        for (arguments, error) in errors {
+            assert_eq!(list(arguments), Err(error.to_string()));
+        }
+    }
+
+    #[test]
+    fn inspect_arguments_take_a_format() {
+        let parse = |v: Value| InspectRequest::parse(v.as_object().unwrap());
+        assert_eq!(parse(json!({"tool_name": "t"})), Ok(InspectRequest { tool_name: "t".into(), python: false }));
+        assert_eq!(
+            parse(json!({"tool_name": "t", "format": "python"})),
+            Ok(InspectRequest { tool_name: "t".into(), python: true })
+        );
+        assert_eq!(
+            parse(json!({"tool_name": "t", "format": "yaml"})),
+            Err("inspect_tool: format must be \"json\" or \"python\", got \"yaml\"".to_string())
+        );
+        assert!(parse(json!({})).unwrap_err().starts_with("inspect_tool needs tool_name"));
+    }
+}

@@ -1,0 +1,210 @@
+//! What `show()` attaches to a run's result. The run keeps the image and audio blocks of its calls'
+//! results — the latest ones, within `max_attachment_bytes` — and attaches those the program shows, at most
+//! `max_attachments` of them and `max_attachment_bytes` in all. Whatever the program sends, what is kept and
+//! attached stays within those bounds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rmcp::model::ContentBlock;
+use serde_json::{Value, json};
+
+use crate::registry::result::Media;
+
+/// One kept block, or why it is not kept.
+enum Kept {
+    Block(Box<Media>),
+    /// Larger than `max_attachment_bytes` on its own.
+    TooLarge {
+        what: String,
+        bytes: usize,
+    },
+    /// Left out to keep a later result's blocks.
+    Dropped {
+        what: String,
+    },
+    Attached,
+}
+
+pub struct Attachments {
+    max_count: usize,
+    max_bytes: usize,
+    /// By call id, in the order the calls finished being kept.
+    kept: BTreeMap<u64, Vec<Kept>>,
+    /// Calls in the order their blocks were kept (oldest first), for making room.
+    order: Vec<u64>,
+    kept_bytes: usize,
+    attached: Vec<ContentBlock>,
+    attached_bytes: usize,
+}
+
+impl Attachments {
+    pub fn new(max_count: usize, max_bytes: usize) -> Self {
+        Attachments {
+            max_count,
+            max_bytes,
+            kept: BTreeMap::new(),
+            order: Vec::new(),
+            kept_bytes: 0,
+            attached: Vec::new(),
+            attached_bytes: 0,
+        }
+    }
+
+    /// Keeps the blocks of call `call`'s result, making room by dropping those of older calls; returns
+    /// their placeholders, for the runner.
+    pub fn keep(&mut self, call: u64, media: Vec<Media>) -> Vec<String> {
+        let placeholders = media.iter().map(Media::placeholder).collect();
+        let mut kept = Vec::with_capacity(media.len());
+        for block in media {
+            let bytes = block.bytes();
+            if bytes > self.max_bytes {
+                kept.push(Kept::TooLarge { what: block.what, bytes });
+                continue;
+            }
+            while self.kept_bytes + bytes > self.max_bytes && self.drop_oldest() {}
+            if self.kept_bytes + bytes > self.max_bytes {
+                // This result's own earlier blocks fill the room.
+                kept.push(Kept::Dropped { what: block.what });
+                continue;
+            }
+            self.kept_bytes += bytes;
+            kept.push(Kept::Block(Box::new(block)));
+        }
+        self.kept.insert(call, kept);
+        self.order.push(call);
+        placeholders
+    }
+
+    /// Drops the kept blocks of the oldest call that has any; false when there is none.
+    fn drop_oldest(&mut self) -> bool {
+        for call in &self.order {
+            let Some(blocks) = self.kept.get_mut(call) else { continue };
+            let mut freed = 0;
+            for kept in blocks.iter_mut() {
+                if let Kept::Block(media) = kept {
+                    freed += media.bytes();
+                    *kept = Kept::Dropped { what: media.what.clone() };
+                }
+            }
+            if freed > 0 {
+                self.kept_bytes -= freed;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// `show()`: attaches blocks `blocks` of call `call`'s result. The answer for the program says what
+    /// was left out and why: `{"attached": N, "left_out": "..." | null}`. `Err` for a call without such
+    /// blocks (only a forged request names one).
+    pub fn show(&mut self, call: u64, blocks: &[usize]) -> Result<Value, String> {
+        let Some(kept) = self.kept.get_mut(&call) else {
+            return Err(format!("show(): call {call} returned no image or audio"));
+        };
+        // The protocol reads at most 1024 indices (BlockIndices); the same one twice is attached once.
+        let wanted: BTreeSet<usize> = blocks.iter().copied().collect();
+        let (mut attached, mut left_out) = (0, Vec::new());
+        for index in wanted {
+            let Some(slot) = kept.get_mut(index) else {
+                return Err(format!("show(): call {call} has no block {index}"));
+            };
+            match slot {
+                Kept::Attached => {}
+                Kept::TooLarge { what, bytes } => {
+                    left_out.push(format!("{what}: {bytes} bytes, more than max_attachment_bytes ({})", self.max_bytes))
+                }
+                Kept::Dropped { what } => left_out.push(format!(
+                    "{what}: no longer kept, later results' images and audio took the room (max_attachment_bytes)"
+                )),
+                Kept::Block(media) if self.attached.len() >= self.max_count => {
+                    left_out.push(format!("{}: max_attachments ({}) already attached", media.what, self.max_count));
+                }
+                Kept::Block(media) if self.attached_bytes + media.bytes() > self.max_bytes => left_out.push(format!(
+                    "{}: the attachments would pass max_attachment_bytes ({})",
+                    media.what, self.max_bytes
+                )),
+                Kept::Block(_) => {
+                    let Kept::Block(media) = std::mem::replace(slot, Kept::Attached) else { unreachable!() };
+                    self.kept_bytes -= media.bytes();
+                    self.attached_bytes += media.bytes();
+                    self.attached.push(media.block);
+                    attached += 1;
+                }
+            }
+        }
+        let left_out = (!left_out.is_empty()).then(|| left_out.join("; "));
+        Ok(json!({"attached": attached, "left_out": left_out}))
+    }
+
+    /// The attached blocks, in the order they were shown.
+    pub fn into_blocks(self) -> Vec<ContentBlock> {
+        self.attached
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(bytes: usize) -> Media {
+        Media { what: "image (image/png)".into(), block: ContentBlock::image("x".repeat(bytes), "image/png") }
+    }
+
+    #[test]
+    fn shown_blocks_are_attached_once_in_order() {
+        let mut attachments = Attachments::new(4, 100);
+        let audio = Media { what: "audio (audio/wav)".into(), block: ContentBlock::audio("AAAA", "audio/wav") };
+        assert_eq!(
+            attachments.keep(1, vec![image(10), audio.clone()]),
+            ["[non-text content omitted: image (image/png)]", "[non-text content omitted: audio (audio/wav)]"]
+        );
+        assert_eq!(attachments.show(1, &[1]), Ok(json!({"attached": 1, "left_out": null})));
+        assert_eq!(attachments.show(1, &[0, 1, 1]), Ok(json!({"attached": 1, "left_out": null})));
+        assert_eq!(attachments.into_blocks(), [audio.block, image(10).block]);
+    }
+
+    #[test]
+    fn the_count_and_the_size_are_bounded_and_show_says_what_was_left_out() {
+        let mut attachments = Attachments::new(2, 100);
+        attachments.keep(1, vec![image(40), image(40), image(10), image(101)]);
+        assert_eq!(
+            attachments.show(1, &[0, 1, 2, 3]),
+            Ok(json!({"attached": 2, "left_out": "image (image/png): max_attachments (2) already attached; \
+                image (image/png): 101 bytes, more than max_attachment_bytes (100)"}))
+        );
+        let mut attachments = Attachments::new(4, 100);
+        attachments.keep(1, vec![image(60)]);
+        attachments.keep(2, vec![image(30)]);
+        attachments.show(1, &[0]).unwrap();
+        attachments.keep(3, vec![image(60)]);
+        assert_eq!(
+            attachments.show(3, &[0]),
+            Ok(
+                json!({"attached": 0, "left_out": "image (image/png): the attachments would pass max_attachment_bytes (100)"})
+            )
+        );
+        assert_eq!(attachments.show(2, &[0]), Ok(json!({"attached": 1, "left_out": null})));
+    }
+
+    #[test]
+    fn older_blocks_make_room_for_newer_ones() {
+        let mut attachments = Attachments::new(4, 100);
+        attachments.keep(1, vec![image(60)]);
+        attachments.keep(2, vec![image(60)]);
+        assert_eq!(
+            attachments.show(1, &[0]),
+            Ok(json!({"attached": 0, "left_out": "image (image/png): no longer kept, later results' images and audio \
+                took the room (max_attachment_bytes)"}))
+        );
+        assert_eq!(attachments.show(2, &[0]), Ok(json!({"attached": 1, "left_out": null})));
+        assert!(attachments.kept_bytes == 0 && attachments.attached_bytes == 60);
+    }
+
+    #[test]
+    fn forged_requests_are_refused() {
+        let mut attachments = Attachments::new(4, 100);
+        attachments.keep(1, vec![image(1)]);
+        assert_eq!(attachments.show(9, &[0]), Err("show(): call 9 returned no image or audio".into()));
+        assert_eq!(attachments.show(1, &[5]), Err("show(): call 1 has no block 5".into()));
+    }
+}
