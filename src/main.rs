@@ -44,13 +44,13 @@ enum Command {
     Check,
     /// List the tools programs can call, one name a line (servers that are missing are named on stderr).
     Tools {
-        /// Only tools matching this search (needs issue 11).
+        /// Only the tools matching this search, best first (as list_callable_tools(query=...) ranks them).
         #[arg(long, value_name = "Q")]
         query: Option<String>,
-        /// Python signatures instead of names (needs issue 11).
+        /// Their Python signatures instead of their names (list_callable_tools(detail=\"signatures\")).
         #[arg(long)]
         signatures: bool,
-        /// One JSON array instead of one name a line.
+        /// JSON: an array of names, or the signatures as one string.
         #[arg(long)]
         json: bool,
     },

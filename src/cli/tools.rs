@@ -2,6 +2,7 @@
 
 use crate::app::App;
 use crate::config::Config;
+use crate::discovery::{ListRequest, Listing};
 
 use super::{CONFIG_ERROR, SUCCESS};
 
@@ -12,16 +13,15 @@ pub struct ToolsArgs {
     pub json: bool,
 }
 
-/// Prints the callable tools, one name a line (or the JSON array with `json`); servers that are missing
-/// are named on stderr.
+/// Prints the callable tools as `list_callable_tools(query=…, detail=…)` lists them: one name a line (best
+/// first for a query), the JSON array with `json`, or the Python signatures; servers that are missing are
+/// named on stderr.
 pub async fn tools(config: &Config, args: &ToolsArgs) -> u8 {
-    if args.query.is_some() || args.signatures {
-        eprintln!(
-            "ptc-mcp: tools --query and --signatures need tool search and Python signatures (issue 11), which \
-             this build does not have yet; run ptc-mcp tools without them"
-        );
-        return CONFIG_ERROR;
-    }
+    let request = ListRequest {
+        query: args.query.clone().filter(|q| !q.trim().is_empty()),
+        signatures: args.signatures,
+        limit: None,
+    };
     let app = match App::start(config, None) {
         Ok(app) => app,
         Err(e) => {
@@ -30,13 +30,13 @@ pub async fn tools(config: &Config, args: &ToolsArgs) -> u8 {
         }
     };
     app.wait_for_servers().await;
-    let names = app.registry.catalog().names();
-    if args.json {
-        println!("{}", serde_json::to_string(&names).expect("names serialise"));
-    } else {
-        for name in &names {
-            println!("{name}");
+    match request.list(&app.registry.catalog()) {
+        Listing::Names(names) if args.json => println!("{}", serde_json::to_string(&names).expect("names serialise")),
+        Listing::Names(names) => names.iter().for_each(|name| println!("{name}")),
+        Listing::Signatures(text) if args.json => {
+            println!("{}", serde_json::to_string(&text).expect("text serialises"))
         }
+        Listing::Signatures(text) => println!("{text}"),
     }
     let mut problems = app.registry.unavailable();
     problems.extend(app.registry.catalog().collisions.iter().cloned());

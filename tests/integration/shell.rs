@@ -163,10 +163,18 @@ async fn the_config_comes_from_the_flag_or_the_environment_for_every_command() {
 }
 
 #[apply(integration_test!)]
-async fn tools_query_says_it_needs_issue_11_until_then() {
-    let out = shell(&["tools", "--query", "add"], "", "").await;
-    assert_eq!(out.status, Some(2));
-    assert!(out.stderr.contains("issue 11"), "{}", out.stderr);
+async fn tools_finds_by_query_and_lists_signatures_like_list_callable_tools() {
+    let text = config(&[mock_server("mock", &[])], "");
+    let found = shell(&["tools", "--query", "add two numbers"], &text, "").await;
+    assert_eq!(found.status, Some(0), "{}", found.stderr);
+    assert_eq!(found.stdout.lines().next(), Some("mcp__mock__add"), "best first: {}", found.stdout);
+    let signatures = shell(&["tools", "--query", "mcp__mock__add", "--signatures"], &text, "").await;
+    assert_eq!(signatures.status, Some(0), "{}", signatures.stderr);
+    assert!(signatures.stdout.contains("\nasync def mcp__mock__add("), "{}", signatures.stdout);
+    assert!(signatures.stdout.contains("a: float") || signatures.stdout.contains("a: int"), "{}", signatures.stdout);
+    let json = shell(&["tools", "--query", "add", "--json"], &text, "").await;
+    let names: Vec<String> = serde_json::from_str(json.stdout.trim()).expect("a JSON array of names");
+    assert_eq!(names.first().map(String::as_str), Some("mcp__mock__add"));
 }
 
 fn columns(line: &str) -> Vec<String> {
