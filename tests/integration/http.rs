@@ -315,10 +315,3 @@ async fn sigterm_ends_runs_in_flight_as_killed_and_exits_within_10s_leaving_noth
         assert_nothing_left(&tmp).await;
     }
 }
-
-async fn assert_nothing_left(dir: &Path) {
-    let left: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
-    assert!(left.is_empty(), "scratch dirs outlived the server: {left:?}");
-    let gone = eventually(Duration::from_secs(10), || runners_under(dir).is_empty()).await;
-    assert!(gone, "runners outlived the server: {:?}", runners_under(dir));
-}

@@ -46,15 +46,6 @@ async fn no_runner_or_scratch_dir_survives_200_runs_and_the_server() {
     assert_nothing_left(tmp.path()).await;
 }
 
-/// No runner of a server whose temp directory was `dir` is left (killed processes may take a moment to be
-/// gone from /proc), and no scratch directory: the server removed them before it exited.
-async fn assert_nothing_left(dir: &std::path::Path) {
-    let left: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
-    assert!(left.is_empty(), "scratch dirs outlived the server: {left:?}");
-    let gone = eventually(Duration::from_secs(10), || runners_under(dir).is_empty()).await;
-    assert!(gone, "runners outlived the server: {:?}", runners_under(dir));
-}
-
 /// A server whose runners and scratch directories go under a temp directory of the test's.
 async fn ptc_in(tmp: &tempfile::TempDir, execution: &str) -> Ptc {
     let tmp_path = tmp.path().to_str().unwrap().to_string();
@@ -77,6 +68,10 @@ async fn nothing_is_left_when_the_client_closes_right_after_a_result() {
 
 #[apply(integration_test!)]
 async fn a_run_in_flight_is_stopped_and_nothing_is_left_on_sigterm_or_sigint() {
+    if sandbox_under_test() == "docker" {
+        skip("under docker a runner is a container (docker::no_container_is_left_when_the_server_is_stopped_mid_run)");
+        return;
+    }
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let tmp = tempfile::tempdir().unwrap();
         let mut ptc = ptc_in(

@@ -377,3 +377,12 @@ pub fn peak_rss_kib(pid: i32) -> u64 {
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// No runner of a server whose temp directory was `dir` is left (killed processes may take a moment to be
+/// gone from /proc), and no scratch directory: the server removed them before it exited.
+pub async fn assert_nothing_left(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "scratch dirs outlived the server: {left:?}");
+    let gone = eventually(Duration::from_secs(10), || runners_under(dir).is_empty()).await;
+    assert!(gone, "runners outlived the server: {:?}", runners_under(dir));
+}
