@@ -1,7 +1,7 @@
 //! `ptc-mcp serve --http`: the official Python SDK over HTTP in both eras, bearer auth, Origin and Host
 //! checks with plain HTTP requests, the bound on runs across clients, isolated sessions, and SIGTERM.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
