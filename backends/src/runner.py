@@ -76,6 +76,8 @@ class Channel:
     def __init__(self, in_fd, out_fd):
         self._in = in_fd
         self._buffer = bytearray()  # what was read past the last line
+        # Reads land here first: os.read would allocate (mmap), shrink and free a 1 MiB buffer every time.
+        self._chunk = memoryview(bytearray(LINE_READ_CHUNK))
         self._out = out_fd
         self._write_lock = threading.Lock()
         self._closed = False  # set by the final `done`: nothing may follow it
@@ -86,7 +88,11 @@ class Channel:
 
     def send(self, message, last=False):
         # "replace" only matters for lone surrogates in diagnostics; program values are checked strictly.
-        data = memoryview((ENCODER.encode(message) + "\n").encode("utf-8", "replace"))
+        self.send_line((ENCODER.encode(message) + "\n").encode("utf-8", "replace"), last)
+
+    def send_line(self, line, last=False):
+        """Send one encoded message, ending in a newline."""
+        data = memoryview(line)
         with self._write_lock:
             if self._closed:
                 return
@@ -98,8 +104,8 @@ class Channel:
                 os._exit(0)  # the server is gone
 
     def _read_line(self):
-        # Large reads straight into one buffer: a multi-megabyte result costs a few syscalls and one copy,
-        # where a buffered file's readline() reads it in small pieces and joins them.
+        # Large reads into one reused chunk: a multi-megabyte result costs a few syscalls and one copy, where a
+        # buffered file's readline() reads it in small pieces and joins them.
         scanned = 0
         while True:
             end = self._buffer.find(b"\n", scanned)
@@ -109,12 +115,12 @@ class Channel:
                 return line
             scanned = len(self._buffer)
             try:
-                chunk = os.read(self._in, LINE_READ_CHUNK)
+                count = os.readv(self._in, [self._chunk])
             except OSError:  # the program closed the channel's fd: nothing can reach it any more
-                chunk = b""
-            if not chunk:
+                count = 0
+            if not count:
                 os._exit(0)  # EOF: the server is gone, never outlive it
-            self._buffer += chunk
+            self._buffer += self._chunk[:count]
 
     def receive_run(self):
         """The first message (blocks until it arrives); the reader thread reads it."""
@@ -281,14 +287,18 @@ def is_text_map(value):
     return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
 
 
-def to_json(value, what):
-    """Snapshot value as plain JSON data (the program can't change or run code in what is sent) + its size."""
+def encoded(value, what):
+    """Value as UTF-8 JSON text: a snapshot the program can no longer change or run code in."""
     try:
-        text = ENCODER.encode(value)
-        size = len(text.encode("utf-8"))  # lone surrogates are not valid JSON text
-        return json.loads(text), size
+        return ENCODER.encode(value).encode("utf-8")  # lone surrogates are not valid JSON text
     except (TypeError, ValueError, RecursionError) as e:
         raise TypeError(f"{what} must be JSON-serialisable: {e}") from None
+
+
+def to_json(value, what):
+    """Snapshot value as plain JSON data + its size."""
+    text = encoded(value, what)
+    return json.loads(text), len(text)
 
 
 def keyword_args(name, args, kwargs):
@@ -388,6 +398,7 @@ def program_line():
 
 def make_tool(channel, spec, book):
     name = spec.name
+    quoted = ENCODER.encode(name).encode("utf-8")
 
     async def call(arguments, line):
         book.started += 1
@@ -406,10 +417,9 @@ def make_tool(channel, spec, book):
 
         request_id = channel.open_request(deliver)
         try:
-            message = {"type": "call", "id": request_id, "tool": name, "args": arguments}
-            if line is not None:
-                message["line"] = line
-            channel.send(message)
+            # The arguments were encoded when the call was written; the line is put together around them.
+            at = b"" if line is None else b',"line":%d' % line
+            channel.send_line(b'{"type":"call","id":%d,"tool":%s,"args":%s%s}\n' % (request_id, quoted, arguments, at))
             result = await future
         finally:
             channel.close_request(request_id)
@@ -422,7 +432,7 @@ def make_tool(channel, spec, book):
     call.__name__ = call.__qualname__ = name  # "coroutine 'mcp__s__t' was never awaited" names the tool
 
     def tool(*args, **kwargs):
-        arguments = to_json(spec.bind(args, kwargs), f"{name}(): arguments")[0]
+        arguments = encoded(spec.bind(args, kwargs), f"{name}(): arguments")
         book.created += 1
         # The line is taken where the call is written (the coroutine may be awaited elsewhere, e.g. in gather).
         return call(arguments, program_line())

@@ -159,7 +159,12 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     // Everything the run started is killed now; reaping it and removing its scratch directory or container
     // take milliseconds that the result does not wait for.
     control.start_kill();
-    cx.cleanups.spawn(async move { control.kill().await });
+    cx.cleanups.spawn(async move {
+        control.kill().await;
+        // Dropping it removes the scratch directory, which a program may have filled with many files: not on
+        // the runtime's thread (the stdio server has only one).
+        let _ = tokio::task::spawn_blocking(move || drop(control)).await;
+    });
     run.into_report(ending, cx.settings)
 }
 
