@@ -65,6 +65,7 @@ enum Command {
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     ptc_backends::run_helper_if_requested(&args);
+    return_large_buffers_at_once();
     let cli = Cli::parse_from(args);
     init_logging();
     let (config, source) = match Config::load(cli.config.as_deref()) {
@@ -168,5 +169,17 @@ fn protect_from_same_user_processes() {
     // SAFETY: prctl with integer arguments.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0);
+    }
+}
+
+/// Large results pass through buffers of their size. glibc serves a block from its heap, not a fresh mapping,
+/// once a block that large has been freed (its mmap threshold follows the largest freed block, up to 32 MiB),
+/// and a heap keeps freed memory: a fixed threshold maps every block over 128 KiB afresh and unmaps it when it
+/// is freed. (Peak memory over idle after 8 MiB results went from 4 to 3 times the result.)
+fn return_large_buffers_at_once() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt with integer arguments, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
 }
