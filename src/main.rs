@@ -47,7 +47,7 @@ enum Command {
         /// Only the tools matching this search, best first (as list_callable_tools(query=...) ranks them).
         #[arg(long, value_name = "Q")]
         query: Option<String>,
-        /// Their Python signatures instead of their names (list_callable_tools(detail=\"signatures\")).
+        /// Their Python signatures instead of their names (list_callable_tools(detail="signatures")).
         #[arg(long)]
         signatures: bool,
         /// JSON: an array of names, or the signatures as one string.
