@@ -123,8 +123,8 @@ async fn a_ready_runner_that_died_is_replaced_not_handed_out() {
         // SAFETY: killing a runner process of the server under test.
         unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
     }
-    // Dead before the next run asks for one (one dying at the very moment it is handed out is a crash like any).
-    let dead = eventually(Duration::from_secs(30), || killed.iter().all(|pid| !is_running(pid.parse().unwrap()))).await;
+    // Ended before the next run asks for one (one dying at the very moment it is handed out is a crash like any).
+    let dead = eventually(Duration::from_secs(30), || killed.iter().all(|pid| has_ended(pid.parse().unwrap()))).await;
     assert!(dead, "the killed runners are gone");
     for _ in 0..3 {
         let run = ptc.execute("print('fine')").await;

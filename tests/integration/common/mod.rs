@@ -298,6 +298,13 @@ pub fn is_running(pid: i32) -> bool {
     state_and_group(pid).is_some_and(|(state, _)| state != 'Z')
 }
 
+/// Whether a process is gone or a zombie its parent can reap: a killed process's main thread is a zombie
+/// while its other threads are still exiting, and only after them can its parent see it ended.
+pub fn has_ended(pid: i32) -> bool {
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
+    !is_running(pid) && threads <= 1
+}
+
 /// The processes (zombies left out) whose process group is `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
