@@ -20,6 +20,12 @@ pub enum MemoryBound {
     Cgroup,
 }
 
+/// Signals a run may have queued at once. The count is the user's (per user namespace, and charged to every
+/// namespace up to the host's), shared with the host user's own processes: without a bound a program that
+/// queues blocked real-time signals to itself leaves none for them. Python itself queues none.
+#[cfg(target_os = "linux")]
+pub const PENDING_SIGNALS: u64 = 64;
+
 /// The limits of one run, each with its name (`RLIMIT_<name>`, for a runner applying them itself inside a
 /// container, whose resource numbers may differ from the server's OS). CPU time is a backstop behind the
 /// wall-clock kill.
@@ -29,6 +35,9 @@ pub fn named_for_run(limits: &Limits, cpu_seconds: u64, memory: MemoryBound) -> 
         ("FSIZE", libc::RLIMIT_FSIZE, limits.file_size_bytes()),
         ("NOFILE", libc::RLIMIT_NOFILE, limits.open_files),
         ("CORE", libc::RLIMIT_CORE, 0),
+        // Docker's containers are Linux too; on a macOS server their VM's user quota is at stake, not the host's.
+        #[cfg(target_os = "linux")]
+        ("SIGPENDING", libc::RLIMIT_SIGPENDING, PENDING_SIGNALS),
     ];
     if memory == MemoryBound::Rlimits {
         named.push(("DATA", libc::RLIMIT_DATA, limits.memory_bytes()));
@@ -97,6 +106,8 @@ mod tests {
         assert!(limits.contains(&(libc::RLIMIT_CPU, 121)));
         assert!(limits.contains(&(libc::RLIMIT_NOFILE, 256)));
         assert!(limits.contains(&(libc::RLIMIT_CORE, 0)));
+        #[cfg(target_os = "linux")]
+        assert!(limits.contains(&(libc::RLIMIT_SIGPENDING, PENDING_SIGNALS)));
     }
 
     #[test]

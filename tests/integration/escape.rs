@@ -1213,27 +1213,9 @@ def watch(kind):
     return CALLS[kind]()
 probe(watch, *CALLS, strict=True)
 "#;
-    let name = "exhausting_the_users_inotify_instances_is_blocked";
-    let ptc = Ptc::start(&config(&[], EXECUTION)).await;
     let none = UnderNone::NotRun("it would take every inotify instance of the user running the tests");
-    // The host side runs as the user the program runs as on the host: the quota is that user's.
-    let mut watcher = std::process::Command::new("python3");
-    watcher.args(["-I", "-S", "-c", INOTIFY_WATCHER]).stdout(std::process::Stdio::piped());
-    if let Some(uid) = programs_host_uid() {
-        use std::os::unix::process::CommandExt;
-        watcher.uid(uid).gid(uid);
-    }
-    let mut watcher = HostProcess(watcher.spawn().unwrap());
-    let outcome = attempt_in(&ptc, name, none.into(), code).await;
-    let _ = watcher.0.kill();
-    let mut seen = String::new();
-    std::io::Read::read_to_string(watcher.0.stdout.as_mut().unwrap(), &mut seen).unwrap();
-    let starved = seen.contains("starved");
-    match outcome {
-        Some(Outcome::Blocked) => assert!(!starved, "{name}: blocked, yet the host side could not get an instance"),
-        Some(Outcome::Escaped) => assert!(starved, "{name}: escaped, yet the host side always got an instance"),
-        None => {}
-    }
+    attempt_watched_from_the_host("exhausting_the_users_inotify_instances_is_blocked", none, code, INOTIFY_WATCHER)
+        .await;
 }
 
 /// Tries to get an inotify instance every 20 ms, for up to a minute, and says when it cannot.
@@ -1250,6 +1232,91 @@ while time.monotonic() < end:
         break
     time.sleep(0.02)
 "#;
+
+/// Queued signals count against a per-user quota (RLIMIT_SIGPENDING, checked against the sender's count in each
+/// user namespace up to the host's): a program that queues real-time signals to itself, blocked so they stay
+/// pending, would leave no room for the host user's own (timers, `sigqueue`). The runner's RLIMIT_SIGPENDING
+/// caps what it can hold, under `none` too; the host side meanwhile keeps queueing one to itself.
+#[apply(integration_test!)]
+async fn exhausting_the_users_pending_signals_is_blocked() {
+    let code = r#"
+import signal, time
+def hold_pending_signals():
+    # Aimed at this thread, which blocks it: a signal aimed at the process would go to a thread that does not.
+    libc = ctypes.CDLL(None)
+    libc.pthread_self.restype = ctypes.c_ulong
+    me = ctypes.c_ulong(libc.pthread_self())
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+    held = 0
+    while held < 1_000_000:
+        error = libc.pthread_sigqueue(me, signal.SIGRTMIN, None)
+        if error == errno.EAGAIN:
+            break
+        if error:
+            raise OSError(error, 'pthread_sigqueue')
+        held += 1
+    if held <= 1024:
+        raise Blocked(f'{held} signals queued, then EAGAIN')
+    time.sleep(4)  # while the host side tries to queue one
+    return f'held {held} pending signals for 4 s'
+probe(hold_pending_signals, strict=True)
+"#;
+    attempt_watched_from_the_host(
+        "exhausting_the_users_pending_signals_is_blocked",
+        UnderNone::Blocked,
+        code,
+        SIGNAL_WATCHER,
+    )
+    .await;
+}
+
+/// Queues a real-time signal to itself (blocked) and takes it back every 20 ms, for up to a minute, and says when it
+/// cannot.
+const SIGNAL_WATCHER: &str = r#"
+import ctypes, errno, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    if libc.sigqueue(os.getpid(), signal.SIGRTMIN, None) == 0:  # a single thread: it stays pending for it
+        signal.sigtimedwait([signal.SIGRTMIN], 1)
+    elif ctypes.get_errno() == errno.EAGAIN:  # the user's pending signals are all taken
+        print('starved', flush=True)
+        break
+    time.sleep(0.02)
+"#;
+
+/// Runs an attempt on a per-user quota while `watcher` (Python that prints `starved` when it cannot get its share)
+/// runs on the host as every user the quota might be counted for: the user running the tests (which also made the
+/// run's user namespace, if any) and the host user the programs run as.
+async fn attempt_watched_from_the_host(name: &str, none: UnderNone, code: &str, watcher: &str) {
+    let ptc = Ptc::start(&config(&[], EXECUTION)).await;
+    let users = [None].into_iter().chain(programs_host_uid().map(Some));
+    let watchers: Vec<HostProcess> = users
+        .map(|uid| {
+            let mut command = std::process::Command::new("python3");
+            command.args(["-I", "-S", "-c", watcher]).stdout(std::process::Stdio::piped());
+            if let Some(uid) = uid {
+                use std::os::unix::process::CommandExt;
+                command.uid(uid).gid(uid);
+            }
+            HostProcess(command.spawn().unwrap())
+        })
+        .collect();
+    let outcome = attempt_in(&ptc, name, none.into(), code).await;
+    let mut starved = false;
+    for mut watcher in watchers {
+        let _ = watcher.0.kill();
+        let mut seen = String::new();
+        std::io::Read::read_to_string(watcher.0.stdout.as_mut().unwrap(), &mut seen).unwrap();
+        starved |= seen.contains("starved");
+    }
+    match outcome {
+        Some(Outcome::Blocked) => assert!(!starved, "{name}: blocked, yet the host side was starved"),
+        Some(Outcome::Escaped) => assert!(starved, "{name}: escaped, yet the host side always got its share"),
+        None => {}
+    }
+}
 
 /// The host uid programs of the sandbox under test run as, when it is not this process's: a root server's
 /// landlock programs and docker's run as 65534.

@@ -306,7 +306,13 @@ mod tests {
         assert!(source.ends_with(RUNNER_SOURCE));
         let call = source[CONFINE_SOURCE.len()..].lines().find(|l| l.starts_with("confine(")).unwrap();
         let limits: serde_json::Value = serde_json::from_str(&call["confine(".len()..call.len() - 1]).unwrap();
-        assert_eq!(limits, serde_json::json!({"CPU": 31, "FSIZE": 64u64 << 20, "NOFILE": 256, "CORE": 0}));
+        #[allow(unused_mut)]
+        let mut expected = serde_json::json!({"CPU": 31, "FSIZE": 64u64 << 20, "NOFILE": 256, "CORE": 0});
+        #[cfg(target_os = "linux")]
+        {
+            expected["SIGPENDING"] = rlimits::PENDING_SIGNALS.into();
+        }
+        assert_eq!(limits, expected);
     }
 
     #[test]
