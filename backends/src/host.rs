@@ -388,7 +388,13 @@ impl RunnerControl for HostControl {
 
 impl Drop for HostControl {
     fn drop(&mut self) {
-        self.kill_group();
+        // Once the leader is reaped its id, the group's, may name another process group: then only the cgroup
+        // (the run's own) is killed.
+        if self.exited.is_none() {
+            self.kill_group();
+        } else {
+            self.group.kill();
+        }
         // `kill_on_drop` on the child makes tokio kill and reap the leader if it is still there.
     }
 }
