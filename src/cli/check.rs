@@ -2,22 +2,18 @@
 
 use std::time::Duration;
 
-use crate::app::App;
 use crate::config::{Config, ConfigSource};
 use crate::registry::ServerStatus;
 
-use super::{CONFIG_ERROR, FAILURE, SUCCESS};
+use super::{FAILURE, SUCCESS, start_app};
 
 /// Prints the config, the sandbox and one row per server (status, tools, time to connect, error); exit
 /// status 0 only when the sandbox can run programs and every server connected without tool collisions.
 pub async fn check(config: &Config, source: &ConfigSource) -> u8 {
     println!("config   {}: valid", source.describe());
-    let app = match App::start(config, None) {
+    let app = match start_app(config) {
         Ok(app) => app,
-        Err(e) => {
-            eprintln!("ptc-mcp: {e}");
-            return CONFIG_ERROR;
-        }
+        Err(status) => return status,
     };
     let availability = app.engine.availability().await;
     println!("sandbox  {}: {}", app.engine.backend_kind().resolve_auto(), availability.describe());

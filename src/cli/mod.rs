@@ -1,6 +1,9 @@
 //! The shell commands: `check`, `tools` and `run`. Results go to stdout, logs to stderr; each returns the
 //! process's exit status.
 
+use crate::app::App;
+use crate::config::Config;
+
 mod check;
 mod run;
 mod tools;
@@ -15,3 +18,11 @@ pub const SUCCESS: u8 = 0;
 pub const FAILURE: u8 = 1;
 /// Exit status: the config (or the sandbox, for `run`) cannot be used.
 pub const CONFIG_ERROR: u8 = 2;
+
+/// Starts the servers and the sandbox for one command, or says why it cannot (the exit status to return).
+fn start_app(config: &Config) -> Result<App, u8> {
+    App::start(config, None).map_err(|e| {
+        eprintln!("ptc-mcp: {e}");
+        CONFIG_ERROR
+    })
+}

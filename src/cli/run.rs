@@ -5,11 +5,10 @@ use std::path::Path;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::app::App;
 use crate::config::Config;
 use crate::engine::{Caller, Outcome};
 
-use super::{CONFIG_ERROR, FAILURE, SUCCESS};
+use super::{CONFIG_ERROR, FAILURE, SUCCESS, start_app};
 
 /// Runs the program in `file` (`-`: stdin) and prints exactly the `execute_program` text. Exit status 0
 /// on success, 1 on a failed run, 2 on a config or sandbox error. SIGINT or SIGTERM cancels the run.
@@ -21,12 +20,9 @@ pub async fn run(config: &Config, file: &Path) -> u8 {
             return CONFIG_ERROR;
         }
     };
-    let app = match App::start(config, None) {
+    let app = match start_app(config) {
         Ok(app) => app,
-        Err(e) => {
-            eprintln!("ptc-mcp: {e}");
-            return CONFIG_ERROR;
-        }
+        Err(status) => return status,
     };
     app.wait_for_servers().await;
     let cancel = CancellationToken::new();

@@ -1,10 +1,9 @@
 //! `ptc-mcp tools`: the callable tools, as `list_callable_tools` gives them.
 
-use crate::app::App;
 use crate::config::Config;
 use crate::discovery::{ListRequest, Listing};
 
-use super::{CONFIG_ERROR, SUCCESS};
+use super::{SUCCESS, start_app};
 
 #[derive(Debug, Clone, Default)]
 pub struct ToolsArgs {
@@ -22,12 +21,9 @@ pub async fn tools(config: &Config, args: &ToolsArgs) -> u8 {
         signatures: args.signatures,
         limit: None,
     };
-    let app = match App::start(config, None) {
+    let app = match start_app(config) {
         Ok(app) => app,
-        Err(e) => {
-            eprintln!("ptc-mcp: {e}");
-            return CONFIG_ERROR;
-        }
+        Err(status) => return status,
     };
     app.wait_for_servers().await;
     match request.list(&app.registry.catalog()) {

@@ -21,25 +21,9 @@ fn confirm_config(execution: &str, tools: &str) -> String {
 
 /// Runs PROGRAM through the SDK client on stdio with `client_args` (e.g. `--elicit accept`); the report.
 async fn over_stdio(config_text: &str, client_args: &[&str]) -> Option<Value> {
-    let python = required_path("python-sdk", "PTC_TEST_SDK_PYTHON")?;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, config_text).unwrap();
-    let output = tokio::process::Command::new(python)
-        .arg(repo_path("tests/clients/sdk_client.py"))
-        .args(["--protocol", "2025-11-25", "--code", PROGRAM])
-        .args(client_args)
-        .arg("--")
-        .arg(binary())
-        .arg("--config")
-        .arg(&path)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    Some(serde_json::from_str(&stdout).unwrap())
+    let (_dir, server) = stdio_server(config_text);
+    let args = ["--protocol", "2025-11-25", "--code", PROGRAM].iter().chain(client_args).map(std::ffi::OsString::from);
+    sdk_client_report(args.chain(server)).await
 }
 
 /// The program's output, or `None` (skipped) when the sandbox cannot run programs.
@@ -105,7 +89,6 @@ async fn the_time_limit_stands_still_while_the_user_thinks_and_the_wait_is_bound
 
 #[apply(integration_test!)]
 async fn a_2026_client_is_asked_through_input_required_results_and_the_run_resumes() {
-    let Some(python) = required_path("python-sdk", "PTC_TEST_SDK_PYTHON") else { return };
     let ptc = HttpPtc::start(&confirm_config("", ""), "    max_concurrent_runs: 4\n").await;
     let twice = format!("{PROGRAM}\n{PROGRAM}");
     for (answer, expected) in [
@@ -113,13 +96,9 @@ async fn a_2026_client_is_asked_through_input_required_results_and_the_run_resum
         ("decline", "ToolError: declined by the user\n{'v': 1}\nToolError: declined by the user\n{'v': 1}\n"),
         ("cancel", "ToolError: declined by the user\n{'v': 1}\nToolError: declined by the user\n{'v': 1}\n"),
     ] {
-        let output = tokio::process::Command::new(&python)
-            .arg(repo_path("tests/clients/sdk_client.py"))
-            .args(["--protocol", "2026-07-28", "--elicit", answer, "--progress", "--code", &twice, "--url", &ptc.url()])
-            .output()
-            .await
-            .unwrap();
-        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let args =
+            ["--protocol", "2026-07-28", "--elicit", answer, "--progress", "--code", &twice, "--url", &ptc.url()];
+        let Some(report) = sdk_client_report(args).await else { return };
         let Some(output) = program_output(&report) else { return };
         assert_eq!(output, expected, "{answer}: {report}");
         let asked = report["elicitations"].as_array().unwrap();

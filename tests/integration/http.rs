@@ -128,19 +128,12 @@ const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","param
 
 #[apply(integration_test!)]
 async fn the_official_python_sdk_works_over_http_in_both_eras() {
-    let Some(python) = required_path("python-sdk", "PTC_TEST_SDK_PYTHON") else { return };
     let ptc = HttpPtc::start(&config(&[mock_server("mock", &[])], ""), &token_keys()).await;
     for protocol in ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28", "auto"] {
-        let output = Command::new(&python)
-            .arg(repo_path("tests/clients/sdk_client.py"))
-            .args(["--protocol", protocol, "--code", "print(await mcp__mock__echo(v=1))", "--url", &ptc.url()])
-            .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
-            .output()
-            .await
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "{protocol}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-        let report: Value = serde_json::from_str(&stdout).unwrap();
+        let code = "print(await mcp__mock__echo(v=1))";
+        let authorization = format!("Authorization: Bearer {TOKEN}");
+        let args = ["--protocol", protocol, "--code", code, "--url", &ptc.url(), "--header", &authorization];
+        let Some(report) = sdk_client_report(args).await else { return };
         let expected = if protocol == "auto" { "2026-07-28" } else { protocol };
         assert_eq!(report["negotiated_version"], expected, "{report}");
         assert_eq!(report["tools"], json!(["list_callable_tools", "inspect_tool", "execute_program"]));

@@ -9,19 +9,9 @@ use crate::http::HttpPtc;
 const PROGRAM: &str = "for i in range(4):\n    await mcp__mock__sleep(seconds=0.4)\nprint(await mcp__mock__echo(v=1))";
 
 /// Runs the SDK client with `--progress` and `args`; returns its report.
-async fn sdk_report(args: &[String]) -> Option<Value> {
-    let python = required_path("python-sdk", "PTC_TEST_SDK_PYTHON")?;
-    let output = tokio::process::Command::new(python)
-        .arg(repo_path("tests/clients/sdk_client.py"))
-        .args(["--progress", "--code", PROGRAM])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    Some(serde_json::from_str(&stdout).unwrap())
+async fn sdk_report(args: &[std::ffi::OsString]) -> Option<Value> {
+    let program = ["--progress", "--code", PROGRAM].map(std::ffi::OsString::from);
+    sdk_client_report(program.iter().chain(args)).await
 }
 
 fn assert_progress_was_reported(report: &Value) {
@@ -45,13 +35,8 @@ fn assert_progress_was_reported(report: &Value) {
 
 #[apply(integration_test!)]
 async fn a_2025_client_on_stdio_sees_the_calls_finished_so_far() {
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("config.yaml");
-    std::fs::write(&config_path, config(&[mock_server("mock", &[])], "")).unwrap();
-    let args = ["--protocol".to_string(), "2025-11-25".into(), "--".into(), binary().display().to_string()]
-        .into_iter()
-        .chain(["--config".to_string(), config_path.display().to_string()])
-        .collect::<Vec<_>>();
+    let (_dir, server) = stdio_server(&config(&[mock_server("mock", &[])], ""));
+    let args: Vec<_> = ["--protocol", "2025-11-25"].map(std::ffi::OsString::from).into_iter().chain(server).collect();
     let Some(report) = sdk_report(&args).await else { return };
     assert_progress_was_reported(&report);
 }
@@ -59,7 +44,7 @@ async fn a_2025_client_on_stdio_sees_the_calls_finished_so_far() {
 #[apply(integration_test!)]
 async fn a_2026_client_over_http_sees_the_calls_finished_so_far() {
     let ptc = HttpPtc::start(&config(&[mock_server("mock", &[])], ""), "    max_concurrent_runs: 4\n").await;
-    let args = ["--protocol".to_string(), "2026-07-28".into(), "--url".into(), ptc.url()];
+    let args = ["--protocol", "2026-07-28", "--url", &ptc.url()].map(std::ffi::OsString::from);
     let Some(report) = sdk_report(&args).await else { return };
     assert_eq!(report["negotiated_version"], "2026-07-28");
     assert_progress_was_reported(&report);

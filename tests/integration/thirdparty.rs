@@ -12,28 +12,10 @@ async fn sdk_client(protocol: &str, config_text: &str, code: &str) -> Option<Val
 
 /// [`sdk_client`], with `list_args` as the arguments of its `list_callable_tools` call.
 async fn sdk_client_listing(protocol: &str, config_text: &str, code: &str, list_args: &Value) -> Option<Value> {
-    let python = required_path("python-sdk", "PTC_TEST_SDK_PYTHON")?;
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("config.yaml");
-    std::fs::write(&config_path, config_text).unwrap();
-    let output = tokio::process::Command::new(python)
-        .arg(repo_path("tests/clients/sdk_client.py"))
-        .args(["--protocol", protocol, "--code", code, "--list-args", &list_args.to_string(), "--"])
-        .arg(binary())
-        .arg("--config")
-        .arg(&config_path)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "sdk client failed ({}): {stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Some(serde_json::from_str(&stdout).unwrap())
+    let (_dir, server) = stdio_server(config_text);
+    let list_args = list_args.to_string();
+    let args = ["--protocol", protocol, "--code", code, "--list-args", &list_args].map(std::ffi::OsString::from);
+    sdk_client_report(args.into_iter().chain(server)).await
 }
 
 #[apply(integration_test!)]

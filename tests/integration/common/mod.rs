@@ -276,6 +276,37 @@ pub fn required_path(name: &str, var: &str) -> Option<String> {
     found.ok()
 }
 
+/// The official Python SDK as the client: runs `tests/clients/sdk_client.py` with `args` (what to do, then the
+/// server: `--url`, or `--` and a command line such as [`stdio_server`]'s) and returns its JSON report, or `None`
+/// (skipped) without the SDK.
+pub async fn sdk_client_report<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Option<Value> {
+    let python = required_path("python-sdk", "PTC_TEST_SDK_PYTHON")?;
+    let output = Command::new(python)
+        .arg(repo_path("tests/clients/sdk_client.py"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "sdk client failed ({}): {stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(serde_json::from_str(&stdout).unwrap())
+}
+
+/// The end of an [`sdk_client_report`] command line that starts ptc-mcp on stdio with `config_text` (written
+/// into the returned directory, which must outlive the client).
+pub fn stdio_server(config_text: &str) -> (TempDir, Vec<std::ffi::OsString>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, config_text).unwrap();
+    (dir, vec!["--".into(), binary().into(), "--config".into(), path.into()])
+}
+
 /// Marks the test skipped (reported as ignored, with why) and returns `None`, or fails the test if
 /// `variable` lists `name`.
 fn skip_unless_required(variable: &str, name: &str, why: &str) -> Option<()> {
