@@ -40,7 +40,7 @@ pub(crate) fn runner_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 /// Starts `argv` (built for the run's scratch directory) as a runner: an empty environment except `HOME`
 /// and `TMPDIR` (the scratch directory, also its working directory), its own process group, the run's
 /// rlimits, and (on Linux) death with the server.
-pub(crate) fn spawn_confined(
+pub(crate) async fn spawn_confined(
     request: &SpawnRequest,
     argv: impl FnOnce(&Path) -> Vec<OsString>,
 ) -> Result<RunnerProcess, SpawnError> {
@@ -67,7 +67,7 @@ pub(crate) fn spawn_confined(
     unsafe {
         command.pre_exec(move || confine(join.as_ref(), &rlimits));
     }
-    let child = command.spawn().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
+    let child = crate::spawner::spawn(command).await.map_err(|source| SpawnError::Start { program, source })?;
     host_runner(child, scratch, cgroup)
 }
 
@@ -430,7 +430,8 @@ mod tests {
     async fn a_finished_runner_s_last_stderr_words_are_in_the_tail() {
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: Duration::from_secs(10) };
         let script = "printf 'ready\\n'; printf 'first\\n' >&2; sleep 0.1; printf 'last words\\n' >&2; exit 3";
-        let runner = spawn_confined(&request, |_| ["/bin/sh", "-c", script].map(OsString::from).to_vec()).unwrap();
+        let runner =
+            spawn_confined(&request, |_| ["/bin/sh", "-c", script].map(OsString::from).to_vec()).await.unwrap();
         let probe = runner.finish_probe(Duration::from_secs(10)).await;
         assert!(probe.completed);
         assert_eq!(probe.stdout, "ready\n");
@@ -452,7 +453,8 @@ mod tests {
     #[tokio::test]
     async fn a_probe_that_hangs_is_killed_at_its_limit() {
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: Duration::from_secs(10) };
-        let runner = spawn_confined(&request, |_| ["/bin/sh", "-c", "sleep 60"].map(OsString::from).to_vec()).unwrap();
+        let runner =
+            spawn_confined(&request, |_| ["/bin/sh", "-c", "sleep 60"].map(OsString::from).to_vec()).await.unwrap();
         let started = std::time::Instant::now();
         let probe = runner.finish_probe(Duration::from_millis(200)).await;
         assert!(!probe.completed);

@@ -17,6 +17,7 @@ pub mod protocol;
 mod python;
 mod rlimits;
 mod seatbelt;
+mod spawner;
 mod tail;
 
 use std::ffi::OsString;

@@ -42,6 +42,6 @@ impl SandboxBackend for NoneBackend {
         let python = self.python.for_spawn(SandboxKind::None).await?;
         let mut argv = vec![python.executable.clone().into_os_string()];
         argv.extend(runner_args().into_iter().map(Into::into));
-        spawn_confined(request, |_| argv)
+        spawn_confined(request, |_| argv).await
     }
 }

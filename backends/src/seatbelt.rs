@@ -125,7 +125,7 @@ impl SandboxBackend for SeatbeltBackend {
         }
         let python = self.python.for_spawn(SandboxKind::Seatbelt).await?;
         let args = crate::host::runner_args();
-        crate::host::spawn_confined(request, |scratch| command_line(python, scratch, &args))
+        crate::host::spawn_confined(request, |scratch| command_line(python, scratch, &args)).await
     }
 }
 

@@ -51,7 +51,7 @@ impl LandlockBackend {
 
     /// Starts the helper for one confined interpreter with `args`, in a fresh run directory; without user
     /// namespaces it runs degraded only if `allow_degraded`.
-    fn start(
+    async fn start(
         &self,
         python: &Python,
         args: Vec<String>,
@@ -84,8 +84,8 @@ impl LandlockBackend {
                 bounds_memory: c.bounds_memory,
             });
         }
-        let child = helper_command(&self.helper, &policy)?
-            .spawn()
+        let child = crate::spawner::spawn(helper_command(&self.helper, &policy)?)
+            .await
             .map_err(|source| SpawnError::Start { program: self.helper.display().to_string(), source })?;
         host_runner(child, run_dir, group)
     }
@@ -120,7 +120,7 @@ impl SandboxBackend for LandlockBackend {
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: PROBE_TIMEOUT };
         let args = crate::python::isolated_args(&format!("print('{PROBE_OUTPUT}')"));
         // The probe may run degraded, to find out which mode this machine gives.
-        let runner = match self.start(python, args, &request, true) {
+        let runner = match self.start(python, args, &request, true).await {
             Ok(runner) => runner,
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
@@ -140,7 +140,7 @@ impl SandboxBackend for LandlockBackend {
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let python = self.python.for_spawn(SandboxKind::Landlock).await?;
-        self.start(python, runner_args(), request, self.allow_degraded)
+        self.start(python, runner_args(), request, self.allow_degraded).await
     }
 }
 
