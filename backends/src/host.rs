@@ -322,9 +322,11 @@ struct HostControl {
 }
 
 impl HostControl {
-    /// Kills the process group and the cgroup (which also holds what left the group: new sessions).
+    /// Kills the process group and the cgroup (which also holds what left the group: new sessions). Once the
+    /// leader is reaped its id, the group's, may name another process group: then only the cgroup (the run's
+    /// own) is killed.
     fn kill_group(&self) {
-        if let Some(pgid) = self.pgid {
+        if let Some(pgid) = self.pgid.filter(|_| self.exited.is_none()) {
             // SAFETY: plain syscall; a group that no longer exists yields ESRCH, which is fine.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
@@ -388,13 +390,7 @@ impl RunnerControl for HostControl {
 
 impl Drop for HostControl {
     fn drop(&mut self) {
-        // Once the leader is reaped its id, the group's, may name another process group: then only the cgroup
-        // (the run's own) is killed.
-        if self.exited.is_none() {
-            self.kill_group();
-        } else {
-            self.group.kill();
-        }
+        self.kill_group();
         // `kill_on_drop` on the child makes tokio kill and reap the leader if it is still there.
     }
 }

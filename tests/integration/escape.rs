@@ -1233,8 +1233,8 @@ while time.monotonic() < end:
     time.sleep(0.02)
 "#;
 
-/// Queued signals count against a per-user quota (RLIMIT_SIGPENDING, checked against the sender's count in each
-/// user namespace up to the host's): a program that queues real-time signals to itself, blocked so they stay
+/// Queued signals count against a per-user quota (RLIMIT_SIGPENDING, checked against the receiving user's count in
+/// each user namespace up to the host's): a program that queues real-time signals to itself, blocked so they stay
 /// pending, would leave no room for the host user's own (timers, `sigqueue`). The runner's RLIMIT_SIGPENDING
 /// caps what it can hold, under `none` too; the host side meanwhile keeps queueing one to itself.
 #[apply(integration_test!)]
