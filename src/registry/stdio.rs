@@ -6,6 +6,7 @@
 //! empty, its id may belong to someone else.
 
 mod exit_watch;
+mod large_texts;
 mod transport;
 
 use std::os::unix::process::ExitStatusExt;
