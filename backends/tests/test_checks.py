@@ -163,6 +163,19 @@ class PrecheckTest(unittest.TestCase):
             with self.subTest(name):
                 self.assertEqual(checks.precheck(code, toolbox())[0], [])
 
+    def test_a_lone_carriage_return_ends_a_line_as_in_python(self):
+        # Line numbers as the syntax tree counts them: a definition after a lone CR is seen, and so is a mistake.
+        defined = "a = 1\rasync def mcp__mine__x():\n    return 1\nb = 2\nprint(await mcp__mine__x())\n" \
+                  "print(await mcp__mine__x())\n"
+        self.assertEqual(checks.precheck(defined, toolbox())[0], [])
+        mistaken = "a = 1\r\nb = 2\rprint(await mcp__demo__qurey(ticker='A'))\n"
+        self.assertEqual(checks.precheck(mistaken, toolbox())[0],
+                         ["line 3: 'mcp__demo__qurey' is not a tool; did you mean 'mcp__demo__query'?"])
+
+    def test_words_that_only_contain_a_dynamic_name_do_not_widen_the_check(self):
+        self.assertFalse(checks.may_reach_names_dynamically("evaluated = execution = 1"))
+        self.assertTrue(checks.may_reach_names_dynamically("g = globals()"))
+
     def test_json_equality_tells_booleans_from_numbers(self):
         self.assertTrue(checks.json_equal(1, 1.0))
         self.assertFalse(checks.json_equal(True, 1))
