@@ -247,6 +247,11 @@ def source_lines(code):
 SKIPPED_FIELDS = {"ctx", "op", "ops", "id", "arg", "attr", "name", "names", "module", "level", "kind",
                   "conversion", "is_async", "type_comment", "type_ignores", "asname", "rest"}
 CHILD_FIELDS = {}  # node class -> the fields of it to visit
+# The kinds of node `Precheck.note_binding` looks at besides names, calls and constants (pattern captures are
+# 3.10+).
+BINDING_KINDS = {ast.Attribute, ast.arg, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.FunctionDef,
+                 ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler} | \
+    {getattr(ast, name) for name in ("MatchAs", "MatchStar", "MatchMapping") if hasattr(ast, name)}
 
 
 def child_fields(kind):
@@ -338,26 +343,28 @@ class Precheck:
             elif kind is ast.Constant:
                 if node.value.__class__ is str and node.value.startswith("mcp__"):
                     self.strings.add(node.value)
-            elif kind is ast.Attribute:
-                if node.attr in DYNAMIC_NAMES:
-                    self.dynamic = True
-            elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-                bind(node.name)
-            elif kind is ast.arg:
-                bind(node.arg)
-            elif kind in (ast.Import, ast.ImportFrom):
-                for alias in node.names:
-                    bind((alias.asname or alias.name).split(".")[0])
-            elif kind in (ast.Global, ast.Nonlocal):
-                for name in node.names:
-                    bind(name)
-            elif kind is ast.ExceptHandler and node.name:
-                bind(node.name)
-            elif kind.__name__ in ("MatchAs", "MatchStar") and node.name:  # 3.10+ pattern captures
-                bind(node.name)
-            elif kind.__name__ == "MatchMapping" and node.rest:
-                bind(node.rest)
+            elif kind in BINDING_KINDS:
+                self.note_binding(node, kind)
         return calls
+
+    def note_binding(self, node, kind):
+        """What the rarer kinds of node bind (or, for an attribute, whether it reaches names dynamically)."""
+        if kind is ast.Attribute:
+            if node.attr in DYNAMIC_NAMES:
+                self.dynamic = True
+        elif kind is ast.arg:
+            self.bind(node.arg)
+        elif kind in (ast.Import, ast.ImportFrom):
+            for alias in node.names:
+                self.bind((alias.asname or alias.name).split(".")[0])
+        elif kind in (ast.Global, ast.Nonlocal):
+            for name in node.names:
+                self.bind(name)
+        elif kind.__name__ == "MatchMapping":
+            if node.rest:
+                self.bind(node.rest)
+        elif node.name:  # definitions, exception handlers and pattern captures
+            self.bind(node.name)
 
     def bind(self, name):
         self.bindings[name] = self.bindings.get(name, 0) + 1

@@ -151,6 +151,11 @@ class PrecheckTest(unittest.TestCase):
             "send": "c = mcp__demo__query(ticker='A')\ntry:\n    c.send(None)\nexcept StopIteration:\n    pass",
             "ensure_future": "import asyncio\nf = asyncio.ensure_future(mcp__demo__query(ticker='A'))\nprint(await f)",
             "asyncio.run": "import asyncio\nprint(asyncio.run(mcp__demo__query(ticker='A')))",
+            "imported as": "import json as mcp__mine__json\nprint(mcp__mine__json.dumps(1))",
+            "caught as": "try:\n    1 / 0\nexcept ZeroDivisionError as mcp__mine__e:\n    print(mcp__mine__e)",
+            "own class": "class mcp__mine__C:\n    pass\nprint(mcp__mine__C())",
+            "parameter": "def f(mcp__mine__a):\n    return mcp__mine__a\nprint(f(1))",
+            "global": "def f():\n    global mcp__mine__g\n    mcp__mine__g = 1\nf()\nprint(mcp__mine__g)",
             "syntax error": "x = (",
             "no tools": "print(1)",
         }
@@ -159,6 +164,8 @@ class PrecheckTest(unittest.TestCase):
                                       "    t = g.create_task(mcp__demo__query(ticker='A'))\nprint(t.result())")
         if sys.version_info >= (3, 10):
             programs["match capture"] = ("match 1:\n    case mcp__demo__zz:\n        print(mcp__demo__zz)")
+            programs["match star"] = "match [1, 2]:\n    case [*mcp__mine__rest]:\n        print(mcp__mine__rest)"
+            programs["match rest"] = "match {'a': 1}:\n    case {**mcp__mine__rest}:\n        print(mcp__mine__rest)"
         for name, code in programs.items():
             with self.subTest(name):
                 self.assertEqual(checks.precheck(code, toolbox())[0], [])
