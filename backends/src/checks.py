@@ -15,6 +15,7 @@ Embedded in front of runner.py (one source for `python -c`); stdlib only, Python
 """
 import ast
 import difflib
+import gc
 import inspect
 import re
 
@@ -220,6 +221,18 @@ def precheck(code, toolbox):
     """(findings, tree): every certain mistake in the program's tool calls, as `line L: ...` strings in line
     order, and the program's syntax tree for compiling it (parsed once for both). ([], None) when the program
     does not parse: running it reports the SyntaxError as usual."""
+    # The tree is thousands of new objects and not one cycle: collections while it is built and read would
+    # only walk it again and again.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return parse_and_check(code, toolbox)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def parse_and_check(code, toolbox):
     try:
         tree = ast.parse(code, "<program>")
     except Exception:  # SyntaxError, or a program too deep or too large for the parser

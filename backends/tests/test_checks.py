@@ -2,6 +2,7 @@
 
 Run with: python3 -m unittest discover -s backends/tests -v
 """
+import gc
 import sys
 import textwrap
 import unittest
@@ -182,6 +183,20 @@ class PrecheckTest(unittest.TestCase):
     def test_words_that_only_contain_a_dynamic_name_do_not_widen_the_check(self):
         self.assertFalse(checks.may_reach_names_dynamically("evaluated = execution = 1"))
         self.assertTrue(checks.may_reach_names_dynamically("g = globals()"))
+
+    def test_the_collector_is_paused_during_the_check_only(self):
+        seen = []
+        real_parse = checks.ast.parse
+        checks.ast.parse = lambda *args: seen.append(gc.isenabled()) or real_parse(*args)
+        try:
+            for enabled in (True, False):
+                (gc.enable if enabled else gc.disable)()
+                checks.precheck("print(1)", toolbox())
+                self.assertEqual(gc.isenabled(), enabled)
+        finally:
+            checks.ast.parse = real_parse
+            gc.enable()
+        self.assertEqual(seen, [False, False])
 
     def test_json_equality_tells_booleans_from_numbers(self):
         self.assertTrue(checks.json_equal(1, 1.0))
