@@ -354,6 +354,62 @@ class RunnerTest(unittest.TestCase):
         self.assert_success(messages)
         self.assertEqual(self.output(messages), "1\n[2]\n")
 
+    def answer_when_all_arrived(self, runner, count, value=lambda request: request["args"].get("n")):
+        """answer() that holds requests until `count` arrived, then answers them all, last first."""
+        held = []
+
+        def answer(request):
+            held.append(request)
+            if len(held) == count:
+                for r in reversed(held):
+                    runner.send(ok(r, value(r)))
+        return answer
+
+    def test_event_loops_in_several_threads_wait_at_once(self):
+        # Answers reach calls that wait in the event loops of three threads at once, whatever the order.
+        runner = self.start()
+        messages = self.run_program("""
+            import asyncio, threading
+            box = []
+            threads = [threading.Thread(target=lambda n=n: box.append(asyncio.run(mcp__s__t(n=n)))) for n in (1, 2)]
+            for thread in threads:
+                thread.start()
+            box.append(await mcp__s__t(n=3))
+            for thread in threads:
+                thread.join()
+            print(sorted(box))
+        """, tools=["mcp__s__t"], answer=self.answer_when_all_arrived(runner, 3), runner=runner)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "[1, 2, 3]\n")
+
+    def test_a_helper_waited_for_inside_the_loop_reads_the_loops_answers_too(self):
+        runner = self.start()
+        messages = self.run_program("""
+            import asyncio
+            task = asyncio.ensure_future(mcp__s__t(n=1))
+            await asyncio.sleep(0.05)  # the call is sent; the loop is then blocked in the helper
+            status = server_status()
+            print(status, await task)
+        """, tools=["mcp__s__t"], answer=self.answer_when_all_arrived(
+            runner, 2, lambda r: r["args"]["n"] if r["type"] == "call" else "status"), runner=runner)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "status 1\n")
+
+    def test_a_helper_in_a_thread_and_a_call_in_the_loop_wait_at_once(self):
+        runner = self.start()
+        messages = self.run_program("""
+            import threading
+            box = []
+            thread = threading.Thread(target=lambda: box.append(server_status()))
+            thread.start()
+            value = await mcp__s__t(n=1)
+            thread.join()
+            print(box, value)
+        """, tools=["mcp__s__t"], answer=self.answer_when_all_arrived(
+            runner, 2, lambda r: r["args"]["n"] if r["type"] == "call" else "status"), runner=runner)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "['status'] 1\n")
+
     def test_cancelled_call_ignores_its_late_result(self):
         def answer(request):
             time.sleep(0.2)  # answer after the program gave up on the call
