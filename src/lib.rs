@@ -12,6 +12,7 @@ pub mod engine;
 pub mod input_required;
 pub mod lines;
 pub mod naming;
+pub mod precheck;
 pub mod progress;
 pub mod registry;
 pub mod search;

@@ -1,6 +1,9 @@
 //! How downstream tools are named inside programs: `mcp__<server>__<tool>`, every character that cannot
 //! appear in a Python identifier mapped to `_`.
 
+/// What every tool's name in programs starts with.
+pub const PREFIX: &str = "mcp__";
+
 /// Maps a server or tool name to identifier characters (ASCII letters, digits, `_`).
 pub fn identifier_part(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
@@ -8,7 +11,7 @@ pub fn identifier_part(name: &str) -> String {
 
 /// The name a downstream tool has in programs, `list_callable_tools` and `inspect_tool`.
 pub fn namespaced(server: &str, tool: &str) -> String {
-    format!("mcp__{}__{}", identifier_part(server), identifier_part(tool))
+    format!("{PREFIX}{}__{}", identifier_part(server), identifier_part(tool))
 }
 
 #[cfg(test)]

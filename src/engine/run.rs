@@ -26,6 +26,7 @@ use super::trace::{Trace, shorten};
 use crate::config::ExecutionConfig;
 use crate::discovery::{InspectRequest, ListRequest};
 use crate::lines::Line;
+use crate::precheck;
 use crate::registry::{CallResult, Registry};
 
 /// Messages to the runner waiting to be written; tasks wait when it is full, the loop never does.
@@ -95,12 +96,14 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
 
     let catalog = cx.registry.catalog();
     let down = cx.registry.unavailable_prefixes();
+    // The runner's check only where the server's cannot prove every tool call sound (src/precheck).
+    let runner_checks = cx.settings.precheck && !precheck::proves_sound(cx.code, &catalog).await;
     let start = ToRunner::Run {
         code: cx.code,
         tools: catalog.runner_tools(),
         not_callable: &catalog.refused,
         down: &down,
-        precheck: cx.settings.precheck,
+        precheck: runner_checks,
         max_output_bytes: cx.settings.max_output_bytes,
     };
     let _ = run.lines_tx.send(start.to_line()).await;

@@ -135,3 +135,20 @@ async fn tool_functions_carry_their_signature_and_help_prints_it() {
         format!("(*, a: float, b: float) -> AddResult\n{}", text_block(&inspect, 0))
     );
 }
+
+/// The server parses a program before the runner does (src/precheck): one nested as deeply as its length
+/// allows gets an answer, and the server goes on serving.
+#[apply(integration_test!)]
+async fn a_program_nested_as_deeply_as_it_can_be_leaves_the_server_serving() {
+    let ptc = Ptc::start(&config(&[mock_server("mock", &[])], "")).await;
+    for (open, close) in [("-", ""), ("[", "]"), ("not ", ""), ("1 + ", "")] {
+        let depth = (63 * 1024) / (open.len() + close.len());
+        let code =
+            format!("print(await mcp__mock__add(a=1, b=2))\nx = {}1{}\n", open.repeat(depth), close.repeat(depth));
+        // Whether Python runs or refuses it does not matter here: the run ends with an answer.
+        ptc.execute(&code).await;
+    }
+    let run = ptc.execute("print((await mcp__mock__add(a=1, b=2))['sum'])").await;
+    run.expect_ok();
+    assert_eq!(run.structured()["output"], json!("3\n"));
+}
