@@ -296,6 +296,8 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     }
     let gathered = percentile(&mut gathered, 0.5);
     row("64 gathered 50 ms calls, concurrency 8", ms(gathered), "400 ms ideal".into(), gathered.as_secs_f64() / 0.4);
+    // Idle again, after programs that called tools (each went through the server's check of its calls too).
+    let (used_rss, _) = server.memory();
 
     let size = 8 * 1024 * 1024;
     let (mut through, mut parses, mut directs) = (Vec::new(), Vec::new(), Vec::new());
@@ -343,6 +345,7 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     }
 
     row("server RSS idle", format!("{idle_rss:.1} MiB"), "-".into(), 1.0);
+    row("server RSS idle after tool-calling programs", format!("{used_rss:.1} MiB"), "-".into(), 1.0);
     row(
         "server RSS peak (after the 8 MiB result)",
         format!("{peak_rss:.1} MiB"),
