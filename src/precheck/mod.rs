@@ -39,7 +39,7 @@ const MAX_PROGRAM_BYTES: usize = 32 * 1024;
 const STACK_BYTES: usize = 32 * 1024 * 1024;
 
 /// How long a run waits for the verdict: a program that takes longer is checked by the runner as if the server
-/// had not proven it (the verdict comes later, unheard). Tens of times what a 200-line program takes.
+/// had not proven it (the verdict comes later, unheard). A hundred times what a 200-line program takes.
 const PATIENCE: Duration = Duration::from_millis(50);
 
 /// Whether every statically visible tool call of `code` is sound against `catalog`: parsed on a thread of its

@@ -10,8 +10,8 @@ use crate::naming::PREFIX;
 use crate::registry::Catalog;
 use crate::signatures::Signature;
 
-/// Deeper nesting is left to the runner (CPython refuses far less): it bounds this walk's recursion, so the
-/// check thread's stack only has to hold the parser's.
+/// Deeper nesting is left to the runner (programs people write are far shallower): it bounds this walk's
+/// recursion, so the check thread's stack only has to hold the parser's.
 const MAX_DEPTH: usize = 200;
 
 pub(super) struct Soundness<'c> {
