@@ -13,9 +13,11 @@ Design:
   a pipe by a crash). So print, os.write(1, ...), C extensions and child processes never write a channel line; only a
   deliberate write to the private fd could (the server distrusts every line anyway). The runner writes whole
   lines under one lock, and nothing after its `done`.
-* Requests (`call`, `helper`) get ids from one counter; a daemon reader thread routes each `result` to the
-  waiter registered under its id: an asyncio future (tools) or a threading.Event (synchronous helpers).
-  EOF on the channel means the server is gone: the process leaves at once with os._exit.
+* Requests (`call`, `helper`) get ids from one counter; each `result` goes to the waiter registered under its
+  id: an asyncio future (tools) or a threading.Event (synchronous helpers). While only one event loop's calls
+  wait, that loop reads their results itself; a daemon reader thread reads while anything else waits, and
+  idle watches the channel for hang-up. EOF on the channel means the server is gone: the process leaves at
+  once with os._exit.
 * The program gets a fresh `__main__` module as its globals. Runner state lives in closures and the Channel
   object, never under a name in those globals.
 * Tool functions carry the tool's real signature and docstring; a call that cannot be right (positional,
@@ -38,7 +40,6 @@ import itertools
 import json
 import linecache
 import os
-import queue
 import re
 import select
 import sys
@@ -46,6 +47,7 @@ import threading
 import time
 import traceback
 import types
+import weakref
 
 PROTOCOL_VERSION = 2
 PROGRAM = "<program>"  # filename of the program's code: the only frames tracebacks show
@@ -53,6 +55,9 @@ READ_CHUNK = 65536
 LINE_READ_CHUNK = 1 << 20
 FINAL_DRAIN_SECONDS = 0.2  # what fds 1/2 still hold at the end; a writer the program keeps alive is cut off
 ORDERING_DRAIN_SECONDS = 0.05  # before a print: what fds 1/2 hold (a writer that never stops is not waited for)
+# What the idle reader thread asks poll() about the channel: nothing on Linux, which reports a hang-up anyway;
+# macOS reports nothing about a descriptor it is asked nothing about, so there the thread reads as well.
+IDLE_POLL = 0 if sys.platform.startswith("linux") else select.POLLIN
 ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
@@ -71,20 +76,34 @@ ToolError.__module__ = "__main__"
 
 
 class Channel:
-    """The line-oriented JSON channel to the server, on private fds."""
+    """The line-oriented JSON channel to the server, on private fds.
+
+    Results are read by whoever waits for them: an event loop whose calls are all that waits reads the channel
+    in its own selector (one wake-up per result), and the reader thread reads it while anything else waits (a
+    synchronous helper, a call awaited in another loop or thread). Idle, the reader thread only watches for the
+    server going away."""
 
     def __init__(self, in_fd, out_fd):
+        os.set_blocking(in_fd, False)  # several readers: none may block on a pipe another one just emptied
         self._in = in_fd
+        self._read_lock = threading.Lock()  # one reader at a time, of the fd and the buffer
         self._buffer = bytearray()  # what was read past the last line
+        self._scanned = 0  # the buffer's first bytes that hold no newline
         # Reads land here first: os.read would allocate (mmap), shrink and free a 1 MiB buffer every time.
         self._chunk = memoryview(bytearray(LINE_READ_CHUNK))
+        self._run = None  # the first line (the `run` message)
         self._out = out_fd
         self._write_lock = threading.Lock()
         self._closed = False  # set by the final `done`: nothing may follow it
         self._pending_lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._pending = {}  # request id -> deliver(result message), called on the reader thread
-        self._first = queue.SimpleQueue()  # the first line (the `run` message), for the main thread
+        self._pending = {}  # request id -> (deliver(result message), the loop that reads for it or None)
+        self._loop = None  # the loop that reads the channel for its own calls while nothing else waits
+        self._loop_calls = 0  # its calls that wait
+        self._others = 0  # requests that wait for the reader thread
+        self._selectors = weakref.WeakSet()  # loops with the channel in their selector
+        self._wake, self._waken = os.pipe()  # the reader thread's alarm: others went from 0 to 1
+        os.set_blocking(self._waken, False)
 
     def send(self, message, last=False):
         # "replace" only matters for lone surrogates in diagnostics; program values are checked strictly.
@@ -103,55 +122,116 @@ class Channel:
             except OSError:
                 os._exit(0)  # the server is gone
 
-    def _read_line(self):
-        # Large reads into one reused chunk: a multi-megabyte result costs a few syscalls and one copy, where a
-        # buffered file's readline() reads it in small pieces and joins them.
-        scanned = 0
-        while True:
-            end = self._buffer.find(b"\n", scanned)
-            if end >= 0:
-                line = self._buffer[:end]  # one copy; json.loads takes a bytearray
-                del self._buffer[:end + 1]  # O(1) for a bytearray's front
-                return line
-            scanned = len(self._buffer)
+    def _pump(self):
+        """Read what the channel holds (one read, never blocking) and route each complete line."""
+        with self._read_lock:
             try:
                 count = os.readv(self._in, [self._chunk])
+            except BlockingIOError:  # another reader took it first
+                return
             except OSError:  # the program closed the channel's fd: nothing can reach it any more
                 count = 0
             if not count:
                 os._exit(0)  # EOF: the server is gone, never outlive it
             self._buffer += self._chunk[:count]
+            lines = []
+            # Only the new bytes are searched: a multi-megabyte result costs a few reads and one copy.
+            while (end := self._buffer.find(b"\n", self._scanned)) >= 0:
+                lines.append(self._buffer[:end])  # one copy; json.loads takes a bytearray
+                del self._buffer[:end + 1]  # O(1) for a bytearray's front
+                self._scanned = 0
+            self._scanned = len(self._buffer)
+        for line in lines:
+            self._route(line)
+
+    def _route(self, line):
+        if self._run is None:
+            self._run = line
+            return
+        try:
+            message = json.loads(line)
+            request_id = message["id"] if message.get("type") == "result" else None
+        except Exception as e:  # never let a reader fail, nor a call wait for good
+            message, request_id = undecodable(line, e)
+        waiter = self._settle(request_id) if type(request_id) is int else None
+        if waiter is not None:
+            try:
+                waiter(message)
+            except Exception:  # one waiter's failure must not cost the other lines of this read
+                pass
 
     def receive_run(self):
-        """The first message (blocks until it arrives); the reader thread reads it."""
-        return json.loads(self._first.get())
+        """The first message: the main thread reads it itself (nothing else waits yet)."""
+        while self._run is None:
+            select.select([self._in], [], [])
+            self._pump()
+        return json.loads(self._run)
 
-    def open_request(self, deliver):
-        """Reserve the next id; its result goes to deliver(message). Register before sending: no race."""
+    def open_request(self, deliver, loop=None):
+        """Reserve the next id; its result goes to deliver(message), on whichever thread reads it. Register
+        before sending: no race. A call awaited in `loop` (this thread's running loop) is read by that loop
+        while no other loop's call or helper waits."""
+        if loop is not None and loop not in self._selectors:
+            try:
+                loop.add_reader(self._in, self._pump)
+                self._selectors.add(loop)
+            except (NotImplementedError, RuntimeError, ValueError, OSError):  # a loop without a selector
+                loop = None
         with self._pending_lock:
             request_id = next(self._ids)
-            self._pending[request_id] = deliver
+            if loop is not None and self._loop in (None, loop):
+                self._loop = loop
+                self._loop_calls += 1
+            else:
+                loop = None
+                self._others += 1
+                if self._others == 1:
+                    try:
+                        os.write(self._waken, b"!")
+                    except OSError:  # full of rings already, or closed by the program (the thread then reads)
+                        pass
+            self._pending[request_id] = (deliver, loop)
         return request_id
 
     def close_request(self, request_id):
+        self._settle(request_id)
+
+    def _settle(self, request_id):
+        """Forget a request; its deliver() if it still waited."""
         with self._pending_lock:
-            self._pending.pop(request_id, None)
+            waiter = self._pending.pop(request_id, None)
+            if waiter is None:
+                return None
+            deliver, loop = waiter
+            if loop is None:
+                self._others -= 1
+            else:
+                self._loop_calls -= 1
+                if not self._loop_calls:
+                    self._loop = None
+        return deliver
 
     def serve_results(self):
-        """Reader thread: hand the first line to the main thread, then route `result` messages to their waiters;
-        ignore anything else. It runs from start-up so that a run does not wait for a thread to start."""
-        self._first.put(self._read_line())
+        """Reader thread: read the channel while a request waits that no loop reads for; otherwise watch it
+        only for the server going away."""
+        poller = select.poll()
+        poller.register(self._wake, select.POLLIN)
+        idle = IDLE_POLL
         while True:
-            line = self._read_line()
-            try:
-                message = json.loads(line)
-                request_id = message["id"] if message.get("type") == "result" else None
-            except Exception as e:  # never let the reader thread die, nor a call wait for good
-                message, request_id = undecodable(line, e)
             with self._pending_lock:
-                deliver = self._pending.pop(request_id, None) if type(request_id) is int else None
-            if deliver is not None:
-                deliver(message)
+                wanted = self._others > 0
+            poller.register(self._in, select.POLLIN if wanted else idle)
+            for fd, _ in poller.poll():
+                if fd == self._in:
+                    self._pump()
+                    continue
+                try:
+                    rung = os.read(self._wake, 64)
+                except OSError:
+                    rung = b""
+                if not rung:  # the program closed the alarm: from now on, read whatever arrives
+                    poller.unregister(self._wake)
+                    idle = select.POLLIN
 
 
 def undecodable(line, error):
@@ -409,13 +489,16 @@ def make_tool(channel, spec, book):
             if not future.done():  # the program may have cancelled the call
                 future.set_result(result)
 
-        def deliver(result):  # reader thread
+        def deliver(result):  # on whichever thread read it
+            if asyncio._get_running_loop() is loop:  # the loop read it itself (so it runs, so it is open)
+                settle(result)
+                return
             try:
                 loop.call_soon_threadsafe(settle, result)
             except RuntimeError:  # that loop is closed: nobody waits any more
                 pass
 
-        request_id = channel.open_request(deliver)
+        request_id = channel.open_request(deliver, loop)
         try:
             # The arguments were encoded when the call was written; the line is put together around them.
             at = b"" if line is None else b',"line":%d' % line

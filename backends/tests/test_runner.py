@@ -410,6 +410,56 @@ class RunnerTest(unittest.TestCase):
         self.assert_success(messages)
         self.assertEqual(self.output(messages), "['status'] 1\n")
 
+    def test_the_loop_reads_its_answers_again_after_others_waited(self):
+        # Who reads the channel changes as waiters come and go: calls in the loop alone, then a helper in a
+        # thread at the same time, then the loop alone again, then a call from another loop; none is lost.
+        runner = self.start()
+        messages = self.run_program("""
+            import asyncio, threading
+            total = sum([await mcp__s__t(n=n) for n in range(20)])
+            box = []
+            thread = threading.Thread(target=lambda: box.append(server_status()))
+            thread.start()
+            total += sum(await asyncio.gather(*[mcp__s__t(n=n) for n in range(20)]))
+            thread.join()
+            total += sum([await mcp__s__t(n=n) for n in range(20)])
+            other = threading.Thread(target=lambda: box.append(asyncio.run(mcp__s__t(n=1000))))
+            other.start()
+            total += await mcp__s__t(n=1)
+            other.join()
+            print(total, box)
+        """, tools=["mcp__s__t"],
+            answer=lambda r: ok(r, r["args"]["n"] if r["type"] == "call" else "status"), runner=runner)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "571 ['status', 1000]\n")
+
+    def test_a_late_result_for_a_closed_loop_costs_no_other_call_its_answer(self):
+        # A call left waiting in a loop the program closed; its result arrives in one write with the answer a
+        # later loop on the same thread waits for. Each round is a race with the reader thread: 20 rounds.
+        runner = self.start()
+        held = []
+
+        def answer(request):
+            held.append(request)
+            if request["args"]["k"] == "new":  # both answers in one write, the abandoned call's first
+                runner.proc.stdin.write(b"".join(json.dumps(ok(r, r["args"]["k"])).encode() + b"\n" for r in held))
+                runner.proc.stdin.flush()
+                held.clear()
+
+        messages = self.run_program("""
+            import asyncio
+            answers, abandoned = [], []
+            for _ in range(20):
+                old = asyncio.new_event_loop()
+                abandoned.append(old.create_task(mcp__s__t(k='old')))  # kept: no warning about its destruction
+                old.run_until_complete(asyncio.sleep(0.01))  # the call is sent and waits
+                old.close()
+                answers.append(asyncio.run(mcp__s__t(k='new')))
+            print(answers == ['new'] * 20)
+        """, tools=["mcp__s__t"], answer=answer, runner=runner)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "True\n")
+
     def test_cancelled_call_ignores_its_late_result(self):
         def answer(request):
             time.sleep(0.2)  # answer after the program gave up on the call
@@ -827,6 +877,19 @@ class RunnerTest(unittest.TestCase):
     def test_stdin_eof_while_program_sleeps_exits(self):
         runner = self.start()
         runner.send(run_message("import time\nprint('go', flush=True)\ntime.sleep(60)", max_output_bytes=100))
+        self.assertEqual(runner.recv(), {"type": "output", "data": "go\n"})
+        self.assert_exits_promptly(runner)
+
+    def test_stdin_eof_while_a_call_waits_in_the_loop_exits(self):
+        runner = self.start()
+        runner.send(run_message("await mcp__s__t()", ["mcp__s__t"], max_output_bytes=100))
+        self.assertEqual(runner.recv()["type"], "call")
+        self.assert_exits_promptly(runner)
+
+    def test_stdin_eof_while_program_computes_exits(self):
+        # Nothing waits for an answer, so nothing reads the channel: its hang-up alone ends the runner.
+        runner = self.start()
+        runner.send(run_message("print('go', flush=True)\nwhile True:\n    pass", max_output_bytes=100))
         self.assertEqual(runner.recv(), {"type": "output", "data": "go\n"})
         self.assert_exits_promptly(runner)
 

@@ -184,11 +184,12 @@ def create_file_in(directory):
 
 
 def runner_fds():
-    """The runner's own fds: its channel (in, out) and the read end of the pipe behind fds 1/2."""
+    """The runner's own fds: its channel (in, out), its reader thread's alarm (both ends) and the read end of the
+    pipe behind fds 1/2."""
     import gc
     channel = next(o for o in gc.get_objects() if type(o).__name__ == 'Channel')
     drain = next(o for o in gc.get_objects() if type(o).__name__ == 'FdDrain')
-    return channel._in, channel._out, drain._fd
+    return channel._in, channel._out, channel._wake, channel._waken, drain._fd
 
 
 def exec_argv(what):
