@@ -44,7 +44,7 @@ pub(crate) async fn spawn_confined(
     request: &SpawnRequest,
     argv: impl FnOnce(&Path) -> Vec<OsString>,
 ) -> Result<RunnerProcess, SpawnError> {
-    let scratch = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
+    let scratch = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
     let argv = argv(scratch.path());
     let Some((program, args)) = argv.split_first() else {
         let source = std::io::Error::other("an empty command line");

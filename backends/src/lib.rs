@@ -16,6 +16,7 @@ mod none;
 pub mod protocol;
 mod python;
 mod rlimits;
+mod scratch;
 mod seatbelt;
 mod spawner;
 mod tail;
@@ -169,8 +170,8 @@ pub trait SandboxBackend: Send + Sync {
     async fn probe(&self) -> Availability;
     /// Starts one runner for one run.
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError>;
-    /// Releases what outlives single runs (the `docker` backend removes its containers). Called once when
-    /// the server stops; runners still running are killed.
+    /// Releases what outlives single runs (the `docker` backend removes its containers, the others their
+    /// scratch directory). Called once when the server stops; runners still running are killed.
     async fn shutdown(&self) {}
 }
 

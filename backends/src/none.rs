@@ -44,4 +44,8 @@ impl SandboxBackend for NoneBackend {
         argv.extend(runner_args().into_iter().map(Into::into));
         spawn_confined(request, |_| argv).await
     }
+
+    async fn shutdown(&self) {
+        crate::scratch::release();
+    }
 }

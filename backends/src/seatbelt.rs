@@ -127,6 +127,10 @@ impl SandboxBackend for SeatbeltBackend {
         let args = crate::host::runner_args();
         crate::host::spawn_confined(request, |scratch| command_line(python, scratch, &args)).await
     }
+
+    async fn shutdown(&self) {
+        crate::scratch::release();
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ async fn no_runner_or_scratch_dir_survives_200_runs_and_the_server() {
     }
     // Finished runs are cleaned up in the background: only the pool's ready runners remain, soon.
     let settled = eventually(Duration::from_secs(30), || {
-        runners_under(tmp.path()).len() <= 3 && std::fs::read_dir(tmp.path()).unwrap().count() <= 3
+        runners_under(tmp.path()).len() <= 3 && scratch_dirs_under(tmp.path()).len() <= 3
     })
     .await;
     assert!(settled, "more than the pool's 3 runners remain: {:?}", runners_under(tmp.path()));
@@ -100,6 +100,27 @@ async fn a_run_in_flight_is_stopped_and_nothing_is_left_on_sigterm_or_sigint() {
         assert_nothing_left(tmp.path()).await;
         run.abort();
     }
+}
+
+#[apply(integration_test!)]
+async fn the_next_server_removes_the_scratch_dirs_a_killed_server_left() {
+    if sandbox_under_test() == "docker" {
+        skip("under docker scratch is a tmpfs inside each container, nothing on this machine");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut killed = ptc_in(&tmp, "  pool_size: 2\n").await;
+    killed.execute("print(1)").await.expect_ok();
+    killed.child.kill().await.unwrap(); // SIGKILL: no chance to clean up
+    let left = scratch_dirs_under(tmp.path());
+    assert!(!left.is_empty(), "the killed server's ready runners' scratch dirs are left");
+
+    let next = ptc_in(&tmp, "  pool_size: 2\n").await;
+    next.execute("print(1)").await.expect_ok();
+    let swept = eventually(Duration::from_secs(30), || left.iter().all(|dir| !dir.exists())).await;
+    assert!(swept, "the next server removed them: {:?}", scratch_dirs_under(tmp.path()));
+    let servers = std::fs::read_dir(tmp.path()).unwrap().count();
+    assert_eq!(servers, 1, "only the live server's directory is left");
 }
 
 #[apply(integration_test!)]

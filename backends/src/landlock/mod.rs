@@ -58,7 +58,7 @@ impl LandlockBackend {
         request: &SpawnRequest,
         allow_degraded: bool,
     ) -> Result<RunnerProcess, SpawnError> {
-        let run_dir = tempfile::Builder::new().prefix("ptc-run-").tempdir().map_err(SpawnError::Scratch)?;
+        let run_dir = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
         let scratch = run_dir.path().join("scratch");
         std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
         // The scratch tmpfs is memory too, charged to the run's cgroup.
@@ -141,6 +141,10 @@ impl SandboxBackend for LandlockBackend {
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let python = self.python.for_spawn(SandboxKind::Landlock).await?;
         self.start(python, runner_args(), request, self.allow_degraded).await
+    }
+
+    async fn shutdown(&self) {
+        crate::scratch::release();
     }
 }
 

@@ -416,6 +416,17 @@ pub fn peak_rss_kib(pid: i32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The scratch directories of runs under a server's temp directory `dir` (inside each server's directory).
+pub fn scratch_dirs_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(servers) = std::fs::read_dir(dir) else { return Vec::new() };
+    servers
+        .filter_map(|server| std::fs::read_dir(server.ok()?.path()).ok())
+        .flatten()
+        .filter_map(|run| run.ok().map(|run| run.path()))
+        .filter(|run| run.file_name().is_some_and(|name| name.to_string_lossy().starts_with("ptc-run-")))
+        .collect()
+}
+
 /// No runner of a server whose temp directory was `dir` is left (killed processes may take a moment to be
 /// gone from /proc), and no scratch directory: the server removed them before it exited.
 pub async fn assert_nothing_left(dir: &Path) {
