@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::config::ToolFilter;
 use crate::registry::ToolEntry;
+use crate::signatures;
 
 /// The tools of backends/tests/test_checks.py, from schemas.
 fn catalog() -> Arc<Catalog> {
@@ -210,14 +211,10 @@ async fn the_deepest_programs_within_the_bound_are_checked_without_harm() {
 /// write against them: proven sound, and the runner's check agrees; each planted mistake is left to it.
 #[test]
 fn a_realistic_program_against_real_servers_tools_is_proven_sound() {
-    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tools");
-    let mut entries = Vec::new();
-    for server in ["financial-data", "memory", "time", "everything", "filesystem"] {
-        let text = std::fs::read_to_string(format!("{fixtures}/{server}.json")).unwrap();
-        let tools: Vec<rmcp::model::Tool> = serde_json::from_str(&text).unwrap();
-        entries.extend(tools.into_iter().map(|tool| Arc::new(ToolEntry::new(server, tool))));
-    }
-    let catalog = Catalog::build(entries, &ToolFilter::All);
+    let entries = ["financial-data", "memory", "time", "everything", "filesystem"].into_iter().flat_map(|server| {
+        signatures::tests::entries(&signatures::tests::fixtures().join(format!("tools/{server}.json")), server)
+    });
+    let catalog = Catalog::build(entries.map(Arc::new), &ToolFilter::All);
     let program = r#"import asyncio
 tickers = ["AMZN", "MSFT"]
 rows = await mcp__financial_data__query_financials(ticker="AMZN", statement="cashflow", period="quarter", limit=4)

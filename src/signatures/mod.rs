@@ -371,4 +371,4 @@ fn render_typed_dict(typed_dict: &TypedDictDef, out: &mut String) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -11,12 +11,12 @@ use serde_json::{Value, json};
 use super::*;
 use crate::registry::ToolEntry;
 
-fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 /// The tools of a fixture as the catalog holds them, under `server`.
-fn entries(path: &Path, server: &str) -> Vec<ToolEntry> {
+pub(crate) fn entries(path: &Path, server: &str) -> Vec<ToolEntry> {
     let text = std::fs::read_to_string(path).unwrap();
     let tools: Vec<Tool> = serde_json::from_str(&text).unwrap();
     tools.into_iter().map(|tool| ToolEntry::new(server, tool)).collect()
