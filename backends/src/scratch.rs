@@ -74,10 +74,11 @@ fn sweep(temp: &Path, own: &Path) {
     let me = unsafe { libc::geteuid() };
     for entry in entries.flatten() {
         let path = entry.path();
-        let ours = entry.file_name().to_str().is_some_and(|name| name.starts_with(SERVER_DIR_PREFIX));
-        // Not a symlink, and this user's: in a sticky temp directory nobody else can swap it meanwhile.
-        let mine = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
-        if !ours || !mine || path == own {
+        let a_servers = entry.file_name().to_str().is_some_and(|name| name.starts_with(SERVER_DIR_PREFIX));
+        // Not a symlink, and this user's: in a sticky temp directory nobody else can swap it meanwhile. (Looked
+        // at only for a server's name: the temp directory may hold many thousands of other entries.)
+        let mine = || std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if !a_servers || path == own || !mine() {
             continue;
         }
         // A directory without its lock is a server that is starting: left alone.
