@@ -131,9 +131,14 @@ impl<'a> ToRunner<'a> {
         ToRunner::Result { id, ok: true, value: Some(value), error: None, media: &[] }
     }
 
-    /// A call's result that carries image or audio blocks, listed by their placeholders.
-    pub fn success_with_media(id: u64, value: &'a RawValue, media: &'a [String]) -> Self {
-        ToRunner::Result { id, ok: true, value: Some(value), error: None, media }
+    /// A call's successful result as one protocol line in three parts, to be written one after the other:
+    /// the message up to its value, the value (moved, not copied: a result can be megabytes) and the end.
+    pub fn success_parts(id: u64, value: Box<RawValue>, media: &[String]) -> [Vec<u8>; 3] {
+        let mut head = ToRunner::Result { id, ok: true, value: None, error: None, media }.to_line();
+        // `{…}\n` becomes `{…,"value":`: the value goes last.
+        head.truncate(head.len() - 2);
+        head.extend_from_slice(b",\"value\":");
+        [head, String::from(Box::<str>::from(value)).into_bytes(), b"}\n".to_vec()]
     }
 
     pub fn failure(id: u64, error: &'a str) -> Self {
@@ -263,15 +268,16 @@ mod tests {
              \"down\":{\"mcp__d__\":\"server 'd' is unavailable: gone\"},\"precheck\":true,\"max_output_bytes\":10}\n"
         );
         let media = ["[non-text content omitted: image (image/png)]".to_string()];
-        let with_media = ToRunner::success_with_media(5, &tools, &media);
-        assert!(
-            String::from_utf8(with_media.to_line())
-                .unwrap()
-                .ends_with(",\"media\":[\"[non-text content omitted: image (image/png)]\"]}\n")
+        let with_media = ToRunner::success_parts(5, tools.clone(), &media);
+        assert_eq!(
+            String::from_utf8(with_media.concat()).unwrap(),
+            "{\"type\":\"result\",\"id\":5,\"ok\":true,\"media\":[\"[non-text content omitted: image (image/png)]\"],\
+             \"value\":[{\"name\":\"mcp__a__b\",\"params\":[]}]}\n"
         );
         let value = RawValue::from_string("{\"k\": 1}".into()).unwrap();
-        let ok = ToRunner::success(7, &value);
-        assert_eq!(ok.to_line(), b"{\"type\":\"result\",\"id\":7,\"ok\":true,\"value\":{\"k\": 1}}\n");
+        let ok = ToRunner::success(7, &value).to_line();
+        assert_eq!(ok, b"{\"type\":\"result\",\"id\":7,\"ok\":true,\"value\":{\"k\": 1}}\n");
+        assert_eq!(ToRunner::success_parts(7, value, &[]).concat(), ok, "a result without media");
         let err = ToRunner::failure(8, "boom");
         assert_eq!(err.to_line(), b"{\"type\":\"result\",\"id\":8,\"ok\":false,\"error\":\"boom\"}\n");
     }

@@ -31,6 +31,9 @@ use crate::registry::{CallResult, Registry};
 
 /// Messages to the runner waiting to be written; tasks wait when it is full, the loop never does.
 const WRITE_QUEUE: usize = 16;
+/// Parts of lines to the runner at least this long are written from where they lie; shorter ones are
+/// gathered so that one write takes them all.
+const WRITE_AS_IS: usize = 64 * 1024;
 /// After the runner exits, how long its last lines may take to arrive.
 const EXIT_GRACE: Duration = Duration::from_millis(300);
 /// Room in a line beyond its payload (call arguments, an emitted value): the envelope, and output chunks
@@ -89,7 +92,7 @@ pub(super) fn max_line(settings: &ExecutionConfig) -> usize {
 
 pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport {
     let ReadyRunner { to_runner, mut reader, mut control } = runner;
-    let (lines_tx, lines_rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE);
+    let (lines_tx, lines_rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
     let writer = tokio::spawn(write_lines(to_runner, lines_rx));
     reader.set_max_len(max_line(cx.settings));
     let mut run = RunState::new(&cx, lines_tx);
@@ -106,7 +109,7 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
         precheck: runner_checks,
         max_output_bytes: cx.settings.max_output_bytes,
     };
-    let _ = run.lines_tx.send(start.to_line()).await;
+    let _ = run.lines_tx.send(vec![start.to_line()]).await;
     drop(catalog);
     let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
     let mut channel_open = true;
@@ -175,7 +178,7 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
 struct RunState<'a> {
     registry: &'a Arc<Registry>,
     settings: &'a ExecutionConfig,
-    lines_tx: mpsc::Sender<Vec<u8>>,
+    lines_tx: mpsc::Sender<Outgoing>,
     output: OutputBuffer,
     result: Option<Value>,
     /// An error found by the server (e.g. an emitted value over the limit), reported unless the run fails
@@ -194,7 +197,7 @@ struct RunState<'a> {
 }
 
 impl<'a> RunState<'a> {
-    fn new(cx: &RunContext<'a>, lines_tx: mpsc::Sender<Vec<u8>>) -> Self {
+    fn new(cx: &RunContext<'a>, lines_tx: mpsc::Sender<Outgoing>) -> Self {
         RunState {
             registry: cx.registry,
             settings: cx.settings,
@@ -318,7 +321,7 @@ impl<'a> RunState<'a> {
                 }
                 Err(refused) => Err(refused),
             };
-            // The result is dropped once it is in its line: a large one is not held twice while it is sent.
+            // The result is moved into its line, not copied: a large one is held once while it is sent.
             let (line, ended) = match result {
                 Ok(CallResult { value, media }) => {
                     // Kept before the program can see the result, so that show() finds them.
@@ -327,9 +330,10 @@ impl<'a> RunState<'a> {
                     } else {
                         attachments.lock().unwrap_or_else(|e| e.into_inner()).keep(id, media)
                     };
-                    (ToRunner::success_with_media(id, &value, &placeholders).to_line(), Ok(value.get().len()))
+                    let len = value.get().len();
+                    (ToRunner::success_parts(id, value, &placeholders).into(), Ok(len))
                 }
-                Err(error) => (ToRunner::failure(id, &error).to_line(), Err(error)),
+                Err(error) => (vec![ToRunner::failure(id, &error).to_line()], Err(error)),
             };
             // Recorded before the program can see the result: a call it got an answer to is never reported
             // as cancelled.
@@ -344,7 +348,7 @@ impl<'a> RunState<'a> {
     fn reply(&mut self, line: Vec<u8>) {
         let lines_tx = self.lines_tx.clone();
         self.work.spawn(async move {
-            let _ = lines_tx.send(line).await;
+            let _ = lines_tx.send(vec![line]).await;
         });
     }
 
@@ -431,16 +435,37 @@ fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<
     Ok(to_raw_value(&value).expect("helper values serialise"))
 }
 
-async fn write_lines(mut to_runner: std::pin::Pin<Box<dyn AsyncWrite + Send>>, mut lines: mpsc::Receiver<Vec<u8>>) {
-    while let Some(mut batch) = lines.recv().await {
-        // Whatever else is ready goes out in the same write; a lone line (a big result) is written as it is.
+/// A line to the runner, in the parts it was built in (see [`ToRunner::success_parts`]).
+type Outgoing = Vec<Vec<u8>>;
+
+async fn write_lines(mut to_runner: std::pin::Pin<Box<dyn AsyncWrite + Send>>, mut lines: mpsc::Receiver<Outgoing>) {
+    while let Some(mut parts) = lines.recv().await {
+        // Whatever else is ready goes out with it.
         while let Ok(more) = lines.try_recv() {
-            batch.extend_from_slice(&more);
+            parts.extend(more);
         }
-        if to_runner.write_all(&batch).await.is_err() || to_runner.flush().await.is_err() {
+        for chunk in gather(parts) {
+            if to_runner.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        if to_runner.flush().await.is_err() {
             return;
         }
     }
+}
+
+/// The parts to write, each short run of them joined into one buffer; a long part (a large result) is
+/// left as it is.
+fn gather(parts: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut chunks: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+    for part in parts {
+        match chunks.last_mut() {
+            Some(last) if last.len() < WRITE_AS_IS && part.len() < WRITE_AS_IS => last.extend_from_slice(&part),
+            _ => chunks.push(part),
+        }
+    }
+    chunks
 }
 
 async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
@@ -454,6 +479,14 @@ async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn short_parts_are_gathered_into_one_write_and_long_ones_written_as_they_are() {
+        let long = vec![b'x'; WRITE_AS_IS];
+        let parts = vec![b"a".to_vec(), b"b".to_vec(), long.clone(), b"c".to_vec(), b"d".to_vec()];
+        assert_eq!(gather(parts), [b"ab".to_vec(), long, b"cd".to_vec()]);
+        assert_eq!(gather(vec![b"lone".to_vec()]), [b"lone".to_vec()]);
+    }
 
     #[test]
     fn json_sizes_are_counted_like_the_compact_text() {

@@ -39,7 +39,7 @@ fn server_line(message: &Value, catalog: &Catalog) -> Vec<u8> {
             let value: Box<RawValue> = to_raw_value(&message["value"]).unwrap();
             let media: Vec<String> =
                 serde_json::from_value(message.get("media").cloned().unwrap_or(json!([]))).unwrap();
-            ToRunner::success_with_media(id, &value, &media).to_line()
+            ToRunner::success_parts(id, value, &media).concat()
         }
         other => panic!("the server sends no {other} message"),
     }

@@ -91,6 +91,24 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         self.drop_consumed();
     }
 
+    /// Takes the line handed out last (without its `\n`) for a caller that keeps it. A long line is moved
+    /// out, not copied: what follows it in the buffer (at most one read) is copied into a new buffer instead.
+    pub fn take_line(&mut self) -> Vec<u8> {
+        // A line ends at a newline, except the last one of the stream, which never ends with one.
+        let end = self.consumed - usize::from(self.buf[..self.consumed].ends_with(b"\n"));
+        let following = &self.buf[self.consumed..];
+        if end <= following.len() {
+            let line = self.buf[..end].to_vec();
+            self.drop_consumed();
+            return line;
+        }
+        let following = following.to_vec();
+        self.consumed = 0;
+        let mut line = std::mem::replace(&mut self.buf, following);
+        line.truncate(end);
+        line
+    }
+
     /// Drops the line handed out last, and the capacity a long line left behind.
     fn drop_consumed(&mut self) {
         if self.consumed == 0 {
@@ -237,5 +255,21 @@ mod tests {
         reader.release();
         assert!(reader.buf.capacity() <= KEEP_CAPACITY, "released at once: {}", reader.buf.capacity());
         assert_eq!(reader.next_line().await.unwrap(), Line::Complete(b"short"));
+    }
+
+    #[tokio::test]
+    async fn a_taken_line_is_moved_out_when_long_and_what_follows_it_is_still_read() {
+        let mut input = vec![b'x'; 1 << 20];
+        input.extend_from_slice(b"\nab\r\n\ncd");
+        let mut reader = LineReader::new(&input[..], 2 << 20);
+        assert!(matches!(reader.next_line().await.unwrap(), Line::Complete(line) if line.len() == 1 << 20));
+        let buffer = reader.buf.as_ptr();
+        let long = reader.take_line();
+        assert_eq!((long.len(), long.as_ptr()), (1 << 20, buffer), "the long line keeps its buffer");
+        let mut taken = Vec::new();
+        while reader.next_line().await.unwrap() != Line::End {
+            taken.push(reader.take_line());
+        }
+        assert_eq!(taken, [&b"ab\r"[..], b"", b"cd"]);
     }
 }

@@ -210,7 +210,7 @@ impl Registry {
         let (peer, losses) = self.peer(&entry.server)?;
         let params = CallToolRequestParams::new(entry.tool.name.clone()).with_arguments(arguments);
         // Dropping the call on timeout makes rmcp send notifications/cancelled; the connection stays usable.
-        let result = match tokio::time::timeout(timeout, peer.call_tool(params)).await {
+        let mut result = match tokio::time::timeout(timeout, peer.call_tool(params)).await {
             Err(_) => {
                 return Err(format!("'{name}' timed out after {}s (tool_call_timeout_seconds)", timeout.as_secs_f64()));
             }
@@ -226,7 +226,7 @@ impl Registry {
             }
             Ok(Ok(result)) => result,
         };
-        let value = result::interpret(name, &result, &entry.result_shape(), max_result_bytes)?;
+        let value = result::interpret(name, &mut result, &entry.result_shape(), max_result_bytes)?;
         Ok(CallResult { value, media: result::media(result) })
     }
 

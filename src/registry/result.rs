@@ -52,13 +52,23 @@ pub fn media(result: CallToolResult) -> Vec<Media> {
         .collect()
 }
 
-/// Reads `result` of a call to `tool`. `Err` is the `ToolError` message the program sees.
+/// Reads `result` of a call to `tool`. `Err` is the `ToolError` message the program sees. A result that
+/// is one text block and nothing else gives up its text (moved into the value, not copied: it can be
+/// megabytes).
 pub fn interpret(
     tool: &str,
-    result: &CallToolResult,
+    result: &mut CallToolResult,
     shape: &ResultShape,
     max_bytes: usize,
 ) -> Result<Box<RawValue>, String> {
+    if result.is_error != Some(true)
+        && result.structured_content.is_none()
+        && !shape.declares_output_schema
+        && let [ContentBlock::Text(only)] = result.content.as_mut_slice()
+    {
+        check_size(tool, only.text.len(), max_bytes)?;
+        return Ok(text_value(std::mem::take(&mut only.text)));
+    }
     let texts: Vec<&str> =
         result.content.iter().filter_map(|block| block.as_text().map(|text| text.text.as_str())).collect();
     if result.is_error == Some(true) {
@@ -103,14 +113,12 @@ pub fn interpret(
             let json: Vec<&RawValue> = parsed.iter().filter_map(|(_, raw)| *raw).collect();
             let prose = parsed.iter().filter(|(_, raw)| raw.is_none()).map(|(text, _)| text.to_string());
             match json.as_slice() {
-                [] if notes.is_empty() => return Ok(as_json_string(&texts.join("\n"))),
+                [] if notes.is_empty() => return Ok(as_json_string(texts.join("\n"))),
                 [] if texts.is_empty() => Value::Null,
                 [] => Value::String(texts.join("\n")),
+                // A sole text block was handled above: notes or prose come with this one.
                 [only] => {
                     notes.extend(prose);
-                    if notes.is_empty() {
-                        return Ok((*only).to_owned());
-                    }
                     parse_value(tool, only)?
                 }
                 several => {
@@ -210,8 +218,61 @@ fn parse_value(tool: &str, raw: &RawValue) -> Result<Value, String> {
     serde_json::from_str(raw.get()).map_err(|e| format!("'{tool}' returned unusable JSON: {e}"))
 }
 
-fn as_json_string(text: &str) -> Box<RawValue> {
-    to_raw_value(text).expect("a string always serialises")
+/// `text` as a JSON string, made in its own buffer (see [`quote_in_place`]).
+fn as_json_string(text: String) -> Box<RawValue> {
+    RawValue::from_string(quote_in_place(text)).expect("a quoted string is JSON")
+}
+
+/// `text` as a JSON string literal, escaped as serde_json escapes it, in place: the buffer grows by what the
+/// quotes and escapes add and is filled from the end, so no byte is overwritten before it is read. A large
+/// text is not held twice.
+fn quote_in_place(text: String) -> String {
+    let added: usize = 2 + text.bytes().filter_map(escape).map(|(_, len)| len - 1).sum::<usize>();
+    let mut bytes = text.into_bytes();
+    let mut read = bytes.len();
+    bytes.resize(read + added, b'"');
+    // Where the next byte from the end goes: the closing quote is in place already.
+    let mut write = bytes.len() - 1;
+    while let Some(at) = bytes[..read].iter().rposition(|&byte| escape(byte).is_some()) {
+        write -= read - (at + 1);
+        bytes.copy_within(at + 1..read, write);
+        let (escaped, len) = escape(bytes[at]).expect("found by its escape");
+        write -= len;
+        bytes[write..write + len].copy_from_slice(&escaped[..len]);
+        read = at;
+    }
+    debug_assert_eq!(write, read + 1, "what is left goes right after the opening quote");
+    bytes.copy_within(..read, 1);
+    bytes[0] = b'"';
+    String::from_utf8(bytes).expect("escapes and quotes are ASCII and replace ASCII")
+}
+
+/// How serde_json escapes `byte` in a string (and the escape's length), if it does.
+fn escape(byte: u8) -> Option<([u8; 6], usize)> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let short = match byte {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'\n' => b'n',
+        b'\r' => b'r',
+        b'\t' => b't',
+        0x08 => b'b',
+        0x0c => b'f',
+        0..0x20 => {
+            return Some(([b'\\', b'u', b'0', b'0', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]], 6));
+        }
+        _ => return None,
+    };
+    Some(([b'\\', short, 0, 0, 0, 0], 2))
+}
+
+/// The value of a result's only text: the JSON it holds (whitespace around it trimmed), else the text as a
+/// string.
+fn text_value(text: String) -> Box<RawValue> {
+    if serde_json::from_str::<&RawValue>(&text).is_err() {
+        return as_json_string(text);
+    }
+    RawValue::from_string(text).expect("the text was just read as JSON")
 }
 
 /// Whether a tool's declared output schema says its structured results are wrapped as `{"result": v}`:

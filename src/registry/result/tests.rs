@@ -18,7 +18,7 @@ fn read(value: Value) -> Result<Value, String> {
 }
 
 fn read_with(value: Value, shape: &ResultShape) -> Result<Value, String> {
-    interpret("mcp__s__t", &result(value), shape, MAX).map(|raw| serde_json::from_str(raw.get()).unwrap())
+    interpret("mcp__s__t", &mut result(value), shape, MAX).map(|raw| serde_json::from_str(raw.get()).unwrap())
 }
 
 #[test]
@@ -34,6 +34,7 @@ fn a_text_that_is_json_is_parsed_and_prose_stays_a_string() {
     assert_eq!(read(json!({"content": [text(r#"{"a": [1, 2]}"#)]})).unwrap(), json!({"a": [1, 2]}));
     assert_eq!(read(json!({"content": [text("42")]})).unwrap(), json!(42));
     assert_eq!(read(json!({"content": [text("hello world")]})).unwrap(), json!("hello world"));
+    assert_eq!(read(json!({"content": [text("{\"unclosed\": \"é\n")]})).unwrap(), json!("{\"unclosed\": \"é\n"));
     assert_eq!(read(json!({"content": []})).unwrap(), json!(""));
 }
 
@@ -171,19 +172,19 @@ fn a_result_that_breaks_the_output_schema_is_a_tool_error() {
 #[test]
 fn a_result_over_the_size_limit_is_a_tool_error_that_suggests_asking_for_less() {
     let big = "x".repeat(100);
-    let err = interpret("t", &result(json!({"content": [text(&big)]})), &ResultShape::default(), 50).unwrap_err();
+    let err = interpret("t", &mut result(json!({"content": [text(&big)]})), &ResultShape::default(), 50).unwrap_err();
     assert_eq!(
         err,
         "'t' returned 100 bytes, more than max_tool_result_bytes (50); ask it for less (filter, paginate or limit the query)"
     );
     let structured = json!({"content": [], "structuredContent": {"data": big}});
-    assert!(interpret("t", &result(structured), &ResultShape::default(), 50).is_err());
+    assert!(interpret("t", &mut result(structured), &ResultShape::default(), 50).is_err());
 }
 
 #[test]
 fn a_json_text_is_passed_through_verbatim() {
-    let raw = interpret("t", &result(json!({"content": [text("{\"a\":  1}")]})), &ResultShape::default(), MAX).unwrap();
-    assert_eq!(raw.get(), "{\"a\":  1}");
+    let raw = interpret("t", &mut result(json!({"content": [text(" {\"a\":  1}\n")]})), &ResultShape::default(), MAX);
+    assert_eq!(raw.unwrap().get(), "{\"a\":  1}", "as it is, but for the whitespace around it");
 }
 
 #[test]
@@ -191,8 +192,8 @@ fn image_and_audio_blocks_are_kept_with_their_placeholders() {
     let image = json!({"type": "image", "data": "aGk=", "mimeType": "image/png"});
     let audio = json!({"type": "audio", "data": "AAAA", "mimeType": "audio/wav"});
     let link = json!({"type": "resource_link", "uri": "file:///x", "name": "x"});
-    let raw = result(json!({"content": [text("chart"), image.clone(), link, audio.clone()]}));
-    let value = interpret("t", &raw, &ResultShape::default(), MAX).unwrap();
+    let mut raw = result(json!({"content": [text("chart"), image.clone(), link, audio.clone()]}));
+    let value = interpret("t", &mut raw, &ResultShape::default(), MAX).unwrap();
     assert_eq!(
         serde_json::from_str::<Value>(value.get()).unwrap()["_notes"],
         json!([
@@ -209,4 +210,12 @@ fn image_and_audio_blocks_are_kept_with_their_placeholders() {
     );
     assert_eq!(kept[0].block, serde_json::from_value::<ContentBlock>(image).unwrap());
     assert_eq!((kept[0].bytes(), kept[1].bytes()), (4, 4));
+}
+
+#[test]
+fn texts_are_quoted_in_place_as_serde_json_quotes_them() {
+    let ascii: String = (0..128u8).map(char::from).collect();
+    for text in ["", "plain", "\"", "\\", "a\nb\r\tc\u{8}\u{c}", "é😀\u{7f}\u{1f}\u{0}", &ascii, &ascii.repeat(3)] {
+        assert_eq!(quote_in_place(text.to_string()), serde_json::to_string(text).unwrap(), "{text:?}");
+    }
 }

@@ -2,11 +2,15 @@
 //!
 //! serde_json reads a string that has escapes (a JSON document sent as text has one at every quote) into a
 //! scratch buffer and then copies it into the `String`: while a result of n bytes is parsed, the line
-//! (~1.1 n), the scratch (n) and the string (n) are all held. Here each large `result.content[i].text` is
-//! unescaped once, straight into its string, and the rest of the line is parsed as usual: the line and the
-//! texts only. The value is the one `serde_json::from_slice` gives, whatever the line holds.
+//! (~1.1 n), the scratch (n) and the string (n) are all held. Here the largest `result.content[i].text` is
+//! unescaped in place, to the start of the line's own buffer, which then becomes its string; other large
+//! texts are unescaped once, straight into theirs; the rest of the line is parsed as usual. A result's text
+//! then costs its size once. The value is the one `serde_json::from_slice` gives, whatever the line holds.
+
+use std::ops::Range;
 
 use serde::Deserialize;
+use serde::de::Error as _;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -34,54 +38,107 @@ struct Block<'a> {
 }
 
 /// `line` as JSON, exactly as `serde_json::from_slice(line)` reads it.
-pub fn parse(line: &[u8]) -> serde_json::Result<Value> {
-    if line.len() >= LARGE
-        && let Some(value) = with_large_texts(line)
-    {
-        return Ok(value);
+pub fn parse(line: Vec<u8>) -> serde_json::Result<Value> {
+    match (line.len() >= LARGE).then(|| Split::of(&line)).flatten() {
+        Some(split) => split.finish(line),
+        None => serde_json::from_slice(&line),
     }
-    serde_json::from_slice(line)
 }
 
-/// The value of a line that holds large texts, or None to read it the usual way.
-fn with_large_texts(line: &[u8]) -> Option<Value> {
-    let message: Message = serde_json::from_slice(line).ok()?;
-    let mut rest = Vec::new();
-    let mut copied = 0;
-    let mut texts = Vec::new();
-    for (index, block) in message.result.map(|result| result.content).unwrap_or_default().iter().enumerate() {
-        let Some(literal) = block.text.map(RawValue::get).filter(|literal| literal.len() >= LARGE) else {
-            continue;
-        };
-        texts.push((index, unescape(literal.as_bytes())?));
-        // The raw value borrows from `line`: its offset there is where the literal starts.
-        let at = literal.as_ptr() as usize - line.as_ptr() as usize;
-        rest.extend_from_slice(&line[copied..at]);
-        rest.extend_from_slice(b"\"\"");
-        copied = at + literal.len();
+/// A line with large texts, read except for its largest text.
+struct Split {
+    /// The line's value with each large text empty.
+    value: Value,
+    /// The other large texts, by the index of their block.
+    copied: Vec<(usize, String)>,
+    /// The largest text: its block's index and where its literal lies in the line.
+    largest: (usize, Range<usize>),
+}
+
+impl Split {
+    /// None if the line holds no large text or is to be read the usual way.
+    fn of(line: &[u8]) -> Option<Split> {
+        let message: Message = serde_json::from_slice(line).ok()?;
+        let blocks = message.result.map(|result| result.content).unwrap_or_default();
+        // Each large text's block index and where its literal lies (a raw value borrows from `line`).
+        let large: Vec<(usize, Range<usize>)> = blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, block)| {
+                let literal = block.text.map(RawValue::get).filter(|literal| literal.len() >= LARGE)?;
+                let at = literal.as_ptr() as usize - line.as_ptr() as usize;
+                Some((index, at..at + literal.len()))
+            })
+            .collect();
+        let largest = large.iter().max_by_key(|(_, literal)| literal.len())?.clone();
+        let mut rest = Vec::new();
+        let mut copied = Vec::new();
+        let mut done = 0;
+        for (index, literal) in large {
+            if index != largest.0 {
+                copied.push((index, unescape(&line[literal.clone()])?));
+            }
+            rest.extend_from_slice(&line[done..literal.start]);
+            rest.extend_from_slice(b"\"\"");
+            done = literal.end;
+        }
+        rest.extend_from_slice(&line[done..]);
+        let mut value = serde_json::from_slice(&rest).ok()?;
+        // serde also reads a struct from an array: the texts must be where the value has them.
+        if !copied.iter().map(|(index, _)| *index).chain([largest.0]).all(|index| text_at(&mut value, index).is_some())
+        {
+            return None;
+        }
+        Some(Split { value, copied, largest })
     }
-    if texts.is_empty() {
-        return None;
+
+    /// The line's value, its largest text unescaped in place in `line` (the line it was split from).
+    fn finish(mut self, mut line: Vec<u8>) -> serde_json::Result<Value> {
+        let (index, literal) = self.largest.clone();
+        // serde_json accepted the literal as part of the line, so only what it rejects in a `String` fails.
+        let invalid = || serde_json::Error::custom("a large text in the line is not a valid string");
+        let len = unescape_to_start(&mut line, literal).ok_or_else(invalid)?;
+        line.truncate(len);
+        line.shrink_to_fit();
+        let largest = String::from_utf8(line).map_err(|_| invalid())?;
+        for (index, text) in self.copied.into_iter().chain([(index, largest)]) {
+            *text_at(&mut self.value, index).expect("checked by the split") = Value::String(text);
+        }
+        Ok(self.value)
     }
-    rest.extend_from_slice(&line[copied..]);
-    let mut value: Value = serde_json::from_slice(&rest).ok()?;
-    for (index, text) in texts {
-        *value.get_mut("result")?.get_mut("content")?.get_mut(index)?.get_mut("text")? = Value::String(text);
-    }
-    Some(value)
+}
+
+/// The text of block `index` of a message's result.
+fn text_at(message: &mut Value, index: usize) -> Option<&mut Value> {
+    message.get_mut("result")?.get_mut("content")?.get_mut(index)?.get_mut("text")
 }
 
 /// The text of a JSON string literal (its quotes included) that serde_json has validated; None where
 /// serde_json would not read it into a `String` (a lone surrogate, a bad escape).
 fn unescape(literal: &[u8]) -> Option<String> {
-    let mut rest = literal.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    let mut text = Vec::with_capacity(rest.len());
+    let mut text = literal.to_vec();
+    let len = unescape_to_start(&mut text, 0..literal.len())?;
+    text.truncate(len);
+    String::from_utf8(text).ok()
+}
+
+/// Unescapes the string literal at `literal` in `buf` (quotes included) to the start of `buf` and gives the
+/// text's length; None where serde_json would not read the literal into a `String`. In place: every escape
+/// is longer than what it stands for, so the text never overtakes the literal it is read from.
+fn unescape_to_start(buf: &mut [u8], literal: Range<usize>) -> Option<usize> {
+    let quoted = buf.get(literal.clone())?;
+    if quoted.len() < 2 || quoted[0] != b'"' || quoted[quoted.len() - 1] != b'"' {
+        return None;
+    }
+    let (mut read, end, mut written) = (literal.start + 1, literal.end - 1, 0);
     // A plain loop finds the next escape: they come every few bytes in a JSON document sent as text, too
     // close together for memchr's set-up to pay.
-    while let Some(at) = rest.iter().position(|&byte| byte == b'\\') {
-        text.extend_from_slice(&rest[..at]);
-        let (&escape, after) = rest[at + 1..].split_first()?;
-        rest = after;
+    while let Some(at) = buf[read..end].iter().position(|&byte| byte == b'\\') {
+        buf.copy_within(read..read + at, written);
+        written += at;
+        read += at + 1;
+        let escape = *buf[read..end].first()?;
+        read += 1;
         let unescaped = match escape {
             b'"' => b'"',
             b'\\' => b'\\',
@@ -92,17 +149,20 @@ fn unescape(literal: &[u8]) -> Option<String> {
             b'r' => b'\r',
             b't' => b'\t',
             b'u' => {
-                let (c, after) = unicode_escape(rest)?;
-                rest = after;
-                text.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+                let (c, rest) = unicode_escape(&buf[read..end])?;
+                read = end - rest.len();
+                let encoded = c.len_utf8();
+                c.encode_utf8(&mut buf[written..written + encoded]);
+                written += encoded;
                 continue;
             }
             _ => return None,
         };
-        text.push(unescaped);
+        buf[written] = unescaped;
+        written += 1;
     }
-    text.extend_from_slice(rest);
-    String::from_utf8(text).ok()
+    buf.copy_within(read..end, written);
+    Some(written + end - read)
 }
 
 /// The character of a `\u` escape whose `\u` was just read (a surrogate pair takes two), and what follows.
@@ -182,10 +242,11 @@ mod tests {
         ];
         for line in &lines {
             assert!(line.len() >= LARGE);
-            assert_eq!(parse(line.as_bytes()).unwrap(), serde_json::from_str::<Value>(line).unwrap());
+            assert_eq!(parse(line.clone().into_bytes()).unwrap(), serde_json::from_str::<Value>(line).unwrap());
         }
-        assert!(with_large_texts(lines[0].as_bytes()).is_some(), "the large text is read by hand");
-        assert!(with_large_texts(lines[2].as_bytes()).is_none());
+        assert!(Split::of(lines[0].as_bytes()).is_some(), "the large text is read by hand");
+        assert!(Split::of(lines[1].as_bytes()).is_some_and(|split| split.copied.len() == 2));
+        assert!(Split::of(lines[2].as_bytes()).is_none());
     }
 
     #[test]
@@ -201,9 +262,13 @@ mod tests {
             format!(r#"{{"id":1,"result":{{"content":[{{"type":"text","text":"{large}\ud800"}}]}}}}"#),
             format!(r#"{{"id":1,"result":{{"content":[{{"type":"text","text":"{large}"}}]}}"#),
             format!("[\"{large}\"]"),
+            // serde reads a struct from an array too.
+            format!(r#"[{{"content":[{{"type":"text","text":"{large}"}}]}}]"#),
+            format!(r#"{{"id":1,"result":[[{{"type":"text","text":"{large}"}}]]}}"#),
+            format!(r#"{{"id":1,"result":{{"content":[["{large}"]]}}}}"#),
         ];
         for line in &lines {
-            let ours = parse(line.as_bytes()).map_err(|e| e.to_string());
+            let ours = parse(line.clone().into_bytes()).map_err(|e| e.to_string());
             let serde = serde_json::from_str::<Value>(line).map_err(|e| e.to_string());
             assert_eq!(ours.is_ok(), serde.is_ok(), "{}", &line[line.len() - 40..]);
             if let (Ok(ours), Ok(serde)) = (ours, serde) {

@@ -8,8 +8,8 @@
 //! Answers to `tools/call` are read as a tool result directly, moving each string out of the parsed JSON.
 //! (rmcp's generic reading tries every result type in turn through serde's untagged buffering, which holds
 //! several copies of a large text at once: the server's peak memory was ~5.7 times a 60 MB result, and is
-//! ~2.9 times this way, ~2.1 times since [`large_texts`] reads a result's large texts without serde_json's
-//! scratch copy.)
+//! ~2.9 times this way, ~2.1 times once [`large_texts`] read large texts without serde_json's scratch copy,
+//! and about the result's size once since the largest text is read in place and moved on to the runner.)
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -102,11 +102,9 @@ where
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             match self.reader.next_line().await {
-                Ok(Line::Complete(line)) => {
-                    let message = parse(line, &mut self.calls);
-                    // A large result's line is not held while the result is read and passed on.
-                    self.reader.release();
-                    if let Some(message) = message {
+                Ok(Line::Complete(_)) => {
+                    // Taken, not borrowed: a large result's text is read into the line's own buffer.
+                    if let Some(message) = parse(self.reader.take_line(), &mut self.calls) {
                         return Some(message);
                     }
                 }
@@ -140,14 +138,21 @@ where
 /// One line as a message; blank lines and lines that are not a JSON-RPC message are skipped (as rmcp and
 /// the other SDKs do: answering garbage can start an error storm). `calls` are the ids of our unanswered
 /// `tools/call` requests.
-fn parse(line: &[u8], calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcMessage<RoleClient>> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let line = line.strip_prefix(UTF8_BOM).unwrap_or(line);
+fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcMessage<RoleClient>> {
+    if line.ends_with(b"\r") {
+        line.pop();
+    }
+    if line.starts_with(UTF8_BOM) {
+        line.drain(..UTF8_BOM.len());
+    }
     if line.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
+    // Kept for the log: parsing consumes the line.
+    let start = line[..line.len().min(200)].to_vec();
     let ignored = |e: serde_json::Error| {
-        tracing::debug!("ignored a line from a downstream that is not a JSON-RPC message ({e}): {}", preview(line));
+        let start = String::from_utf8_lossy(&start);
+        tracing::debug!("ignored a line from a downstream that is not a JSON-RPC message ({e}): {start}");
     };
     let mut value = large_texts::parse(line).map_err(ignored).ok()?;
     if let Some(id) = answered_call(&value, calls) {
@@ -183,10 +188,6 @@ fn tool_result(id: RequestId, result: Value) -> RxJsonRpcMessage<RoleClient> {
             Some(id),
         ),
     }
-}
-
-fn preview(line: &[u8]) -> String {
-    String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned()
 }
 
 /// The error that answers request `id` in place of a message of `len` bytes that was not accepted.
