@@ -60,6 +60,24 @@ async fn a_large_result_arrives_whole() {
     assert_eq!(run.structured()["output"], json!("8000000\n"));
 }
 
+/// Large texts are read in place and quoted in place (src/registry/stdio/large_texts.rs, result.rs): every
+/// kind of escape, both ways, plain text and JSON text. The mock escapes all that is not ASCII.
+#[apply(integration_test!)]
+async fn large_texts_with_every_kind_of_escape_arrive_intact() {
+    let ptc = ptc_with(&[], "").await;
+    let program = r#"
+import json
+plain = "".join(f'line "{i}"\t\\ é😀 \x01\r\n' for i in range(100_000))
+doc = {"rows": [{"name": f'row "{i}" é😀\\/', "n": i} for i in range(50_000)]}
+said = await mcp__mock__say(text=plain)
+parsed = await mcp__mock__say(text=json.dumps(doc))
+print(said == plain, parsed == doc, len(plain) > 2_000_000)
+"#;
+    let run = ptc.execute(program).await;
+    run.expect_ok();
+    assert_eq!(run.structured()["output"], json!("True True True\n"));
+}
+
 #[apply(integration_test!)]
 async fn names_map_to_identifiers_and_collisions_are_reported_not_overwritten() {
     let ptc = ptc_with(&["--collide"], "").await;
