@@ -133,12 +133,19 @@ impl<'a> ToRunner<'a> {
 
     /// A call's successful result as one protocol line in three parts, to be written one after the other:
     /// the message up to its value, the value (moved, not copied: a result can be megabytes) and the end.
+    /// The value may be a downstream's JSON text as it was sent, pretty-printed: its newlines would end the
+    /// line early (and what follows could pass for an answer to another call), so they become spaces, which
+    /// mean the same in JSON (a newline can only be whitespace there: a string cannot hold one raw).
     pub fn success_parts(id: u64, value: Box<RawValue>, media: &[String]) -> [Vec<u8>; 3] {
         let mut head = ToRunner::Result { id, ok: true, value: None, error: None, media }.to_line();
         // `{…}\n` becomes `{…,"value":`: the value goes last.
         head.truncate(head.len() - 2);
         head.extend_from_slice(b",\"value\":");
-        [head, String::from(Box::<str>::from(value)).into_bytes(), b"}\n".to_vec()]
+        let mut value = String::from(Box::<str>::from(value)).into_bytes();
+        for byte in value.iter_mut().filter(|byte| **byte == b'\n') {
+            *byte = b' ';
+        }
+        [head, value, b"}\n".to_vec()]
     }
 
     pub fn failure(id: u64, error: &'a str) -> Self {
@@ -278,6 +285,16 @@ mod tests {
         let ok = ToRunner::success(7, &value).to_line();
         assert_eq!(ok, b"{\"type\":\"result\",\"id\":7,\"ok\":true,\"value\":{\"k\": 1}}\n");
         assert_eq!(ToRunner::success_parts(7, value, &[]).concat(), ok, "a result without media");
+        let pretty = "[\n  {\"type\": \"result\", \"id\": 2, \"ok\": true, \"value\": \"a\\nb\"}\r\n]";
+        let line = ToRunner::success_parts(9, RawValue::from_string(pretty.into()).unwrap(), &[]).concat();
+        assert_eq!(
+            line.iter().filter(|byte| **byte == b'\n').count(),
+            1,
+            "one line: {}",
+            String::from_utf8_lossy(&line)
+        );
+        let message: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(message["value"], serde_json::from_str::<serde_json::Value>(pretty).unwrap());
         let err = ToRunner::failure(8, "boom");
         assert_eq!(err.to_line(), b"{\"type\":\"result\",\"id\":8,\"ok\":false,\"error\":\"boom\"}\n");
     }
