@@ -7,6 +7,8 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 
+use restated::Restated;
+
 /// What the registry knows about a tool that shapes how its results are read.
 #[derive(Default)]
 pub struct ResultShape<'a> {
@@ -94,7 +96,8 @@ pub fn interpret(
                 }
                 other => other,
             };
-            notes.extend(texts.iter().filter(|text| !renders(text, structured, value)).map(|t| t.to_string()));
+            let restated = Restated::new(structured, value);
+            notes.extend(texts.iter().filter(|text| !restated.by(text)).map(|t| t.to_string()));
             if notes.is_empty() {
                 let raw = to_raw_value(value).map_err(|e| format!("'{tool}' returned unusable JSON: {e}"))?;
                 check_size(tool, raw.get().len(), max_bytes)?;
@@ -172,25 +175,6 @@ fn what(block: &ContentBlock) -> Option<String> {
         ContentBlock::ResourceLink(link) => format!("resource link {}", link.uri),
         _ => "unknown content type".to_string(),
     })
-}
-
-/// Whether a text block only restates the structured content, so it is no note: it renders the whole of
-/// it, the unwrapped value, one element of that (as the official SDK sends lists), or one field of either
-/// (as server-filesystem and server-memory do) — a string verbatim, or any value as JSON (compact or
-/// pretty-printed: compared parsed).
-fn renders(text: &str, structured: &Value, value: &Value) -> bool {
-    let mut restated = vec![structured, value];
-    for whole in [structured, value] {
-        match whole {
-            Value::Object(object) => restated.extend(object.values()),
-            Value::Array(items) => restated.extend(items),
-            _ => {}
-        }
-    }
-    if restated.iter().any(|v| matches!(v, Value::String(s) if s == text)) {
-        return true;
-    }
-    serde_json::from_str::<Value>(text).is_ok_and(|parsed| restated.contains(&&parsed))
 }
 
 /// Standalone fastmcp marks wrapped results in the result's `_meta.fastmcp.wrap_result`.
@@ -289,5 +273,6 @@ pub fn tool_meta_says_wrapped(meta: Option<&Map<String, Value>>) -> bool {
     meta.and_then(|m| m.get("fastmcp")).and_then(|f| f.get("wrap_result")) == Some(&Value::Bool(true))
 }
 
+mod restated;
 #[cfg(test)]
 mod tests;

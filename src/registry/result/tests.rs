@@ -106,6 +106,17 @@ fn official_sdk_lists_are_unwrapped_and_their_per_element_texts_are_not_notes() 
     assert_eq!(value.unwrap(), json!([1, 2, 3]));
 }
 
+/// Each text is looked up, not compared with each element: this took minutes.
+#[test]
+fn a_list_of_100_000_elements_with_a_text_each_has_no_notes() {
+    let rows: Vec<Value> = (0..100_000).map(|i| json!({"id": i, "name": format!("row {i}")})).collect();
+    let content: Vec<Value> = rows.iter().map(|row| text(&row.to_string())).collect();
+    let mut result = result(json!({"content": content, "structuredContent": {"result": rows}}));
+    let shape = ResultShape { wrapped: true, ..ResultShape::default() };
+    let value = interpret("t", &mut result, &shape, usize::MAX).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(value.get()).unwrap(), json!(rows));
+}
+
 #[test]
 fn fastmcp_wrapped_scalars_are_unwrapped_and_their_plain_text_is_not_a_note() {
     let shape = ResultShape { wrapped: true, ..Default::default() };
