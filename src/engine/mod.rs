@@ -13,6 +13,7 @@ mod run;
 mod trace;
 #[cfg(test)]
 mod transcript;
+mod trim;
 
 use std::sync::Arc;
 use std::time::Duration;

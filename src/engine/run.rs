@@ -23,6 +23,7 @@ use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport};
 use super::trace::{Trace, shorten};
+use super::trim;
 use crate::config::ExecutionConfig;
 use crate::discovery::{InspectRequest, ListRequest};
 use crate::lines::Line;
@@ -335,11 +336,15 @@ impl<'a> RunState<'a> {
                 }
                 Err(error) => (vec![ToRunner::failure(id, &error).to_line()], Err(error)),
             };
+            let large = matches!(ended, Ok(len) if len >= trim::AFTER_BYTES);
             // Recorded before the program can see the result: a call it got an answer to is never reported
             // as cancelled.
             trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, ended, Instant::now());
             report_progress(progress.as_ref(), &tool);
             let _ = lines_tx.send(line).await;
+            if large {
+                trim::schedule();
+            }
         });
         Ok(())
     }
