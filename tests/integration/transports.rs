@@ -398,6 +398,17 @@ async fn the_python_sdk_as_a_stateless_json_http_server_and_as_a_legacy_sse_serv
             ptc.outcome(&format!("mcp__{server}__quote(symbol='ab')")).await,
             "{'symbol': 'AB', 'price': 123.5}"
         );
+        // One text per element (looked up, not compared with every row) and pretty-printed JSON text (its
+        // newlines must not end the runner's line).
+        let code = format!(
+            "rows = await mcp__{server}__rows(n=20000)\nprint(len(rows), rows[-1])\n\
+             print(await mcp__{server}__report(n=2))"
+        );
+        let text = ptc.execute(&code).await.expect_ok();
+        assert!(
+            text.contains("20000 {'id': 19999, 'name': 'row 19999'}\n{'count': 2, 'names': ['row 0', 'row 1']}"),
+            "{server}: {text}"
+        );
         let failed = ptc.outcome(&format!("mcp__{server}__fail(message='nope')")).await;
         assert_eq!(
             failed,

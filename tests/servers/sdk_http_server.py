@@ -37,6 +37,23 @@ def quote(symbol: str) -> Quote:
     return Quote(symbol=symbol.upper(), price=123.5)
 
 
+class Row(BaseModel):
+    id: int
+    name: str
+
+
+@server.tool()
+def rows(n: int) -> list[Row]:
+    """A list result: structured content plus one text block per element, as the SDK sends lists."""
+    return [Row(id=i, name=f"row {i}") for i in range(n)]
+
+
+@server.tool()
+def report(n: int) -> dict:
+    """A dict result: the SDK sends it as pretty-printed JSON text only."""
+    return {"count": n, "names": [f"row {i}" for i in range(n)]}
+
+
 @server.tool()
 def fail(message: str) -> str:
     """Always fails: the SDK turns a ToolError into an isError result with its message."""
