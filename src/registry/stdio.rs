@@ -7,6 +7,7 @@
 
 mod exit_watch;
 mod large_texts;
+mod tool_result;
 mod transport;
 
 use std::os::unix::process::ExitStatusExt;

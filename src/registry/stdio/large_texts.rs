@@ -1,24 +1,25 @@
-//! Parsing a downstream's line with the large texts of a tool result read straight into their `String`s.
+//! A tool result's large texts, cut out of a downstream's line so that each is read straight into its
+//! `String`.
 //!
 //! serde_json reads a string that has escapes (a JSON document sent as text has one at every quote) into a
 //! scratch buffer and then copies it into the `String`: while a result of n bytes is parsed, the line
-//! (~1.1 n), the scratch (n) and the string (n) are all held. Here the largest `result.content[i].text` is
-//! unescaped in place, to the start of the line's own buffer, which then becomes its string; other large
-//! texts are unescaped once, straight into theirs; the rest of the line is parsed as usual. A result's text
-//! then costs its size once. The value is the one `serde_json::from_slice` gives, whatever the line holds.
+//! (~1.1 n), the scratch (n) and the string (n) are all held. Here the large `result.content[i].text`s are
+//! cut out of the line (each replaced by `""`) and the rest is parsed as usual; the largest text is then
+//! unescaped in place, to the start of the line's own buffer, which becomes its string, and the others are
+//! unescaped once, straight into theirs. A result's text then costs its size once.
 
 use std::ops::Range;
 
+use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Deserialize;
 use serde::de::Error as _;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 /// Texts shorter than this (as escaped in the line) are left to serde_json: the gain is in large ones.
 const LARGE: usize = 64 * 1024;
 
 /// The part of a message that can hold large texts; everything else is skipped unread. (serde rejects a
-/// repeated field here, so a line whose value would depend on which duplicate wins goes the usual way.)
+/// repeated field here, so a line whose value would depend on which duplicate wins is not cut.)
 #[derive(Deserialize)]
 struct Message<'a> {
     #[serde(borrow)]
@@ -37,27 +38,22 @@ struct Block<'a> {
     text: Option<&'a RawValue>,
 }
 
-/// `line` as JSON, exactly as `serde_json::from_slice(line)` reads it.
-pub fn parse(line: Vec<u8>) -> serde_json::Result<Value> {
-    match (line.len() >= LARGE).then(|| Split::of(&line)).flatten() {
-        Some(split) => split.finish(line),
-        None => serde_json::from_slice(&line),
-    }
-}
-
-/// A line with large texts, read except for its largest text.
-struct Split {
-    /// The line's value with each large text empty.
-    value: Value,
-    /// The other large texts, by the index of their block.
+/// A line with its large texts cut out.
+pub struct Cut {
+    /// The line with each large text replaced by `""`.
+    rest: Vec<u8>,
+    /// The large texts but the largest, unescaped, by the index of their block.
     copied: Vec<(usize, String)>,
     /// The largest text: its block's index and where its literal lies in the line.
     largest: (usize, Range<usize>),
 }
 
-impl Split {
-    /// None if the line holds no large text or is to be read the usual way.
-    fn of(line: &[u8]) -> Option<Split> {
+impl Cut {
+    /// None if the line holds no large text where a tool result has its texts.
+    pub fn of(line: &[u8]) -> Option<Cut> {
+        if line.len() < LARGE {
+            return None;
+        }
         let message: Message = serde_json::from_slice(line).ok()?;
         let blocks = message.result.map(|result| result.content).unwrap_or_default();
         // Each large text's block index and where its literal lies (a raw value borrows from `line`).
@@ -83,34 +79,37 @@ impl Split {
             done = literal.end;
         }
         rest.extend_from_slice(&line[done..]);
-        let mut value = serde_json::from_slice(&rest).ok()?;
-        // serde also reads a struct from an array: the texts must be where the value has them.
-        if !copied.iter().map(|(index, _)| *index).chain([largest.0]).all(|index| text_at(&mut value, index).is_some())
-        {
-            return None;
-        }
-        Some(Split { value, copied, largest })
+        Some(Cut { rest, copied, largest })
     }
 
-    /// The line's value, its largest text unescaped in place in `line` (the line it was split from).
-    fn finish(mut self, mut line: Vec<u8>) -> serde_json::Result<Value> {
-        let (index, literal) = self.largest.clone();
+    /// The line with its large texts cut out.
+    pub fn rest(&self) -> &[u8] {
+        &self.rest
+    }
+
+    /// Puts the texts back into `result` (read from [`Cut::rest`]); the largest is unescaped in place in
+    /// `line`, the line this was cut from. A text in a block that is not a text block is no part of the
+    /// result and is dropped.
+    pub fn fill(self, result: &mut CallToolResult, mut line: Vec<u8>) -> serde_json::Result<()> {
+        let (index, literal) = self.largest;
         // serde_json accepted the literal as part of the line, so only what it rejects in a `String` fails.
         let invalid = || serde_json::Error::custom("a large text in the line is not a valid string");
-        let len = unescape_to_start(&mut line, literal).ok_or_else(invalid)?;
-        line.truncate(len);
-        line.shrink_to_fit();
-        let largest = String::from_utf8(line).map_err(|_| invalid())?;
+        let largest = match result.content.get(index) {
+            Some(ContentBlock::Text(_)) => {
+                let len = unescape_to_start(&mut line, literal).ok_or_else(invalid)?;
+                line.truncate(len);
+                line.shrink_to_fit();
+                String::from_utf8(line).map_err(|_| invalid())?
+            }
+            _ => String::new(),
+        };
         for (index, text) in self.copied.into_iter().chain([(index, largest)]) {
-            *text_at(&mut self.value, index).expect("checked by the split") = Value::String(text);
+            if let Some(ContentBlock::Text(block)) = result.content.get_mut(index) {
+                block.text = text;
+            }
         }
-        Ok(self.value)
+        Ok(())
     }
-}
-
-/// The text of block `index` of a message's result.
-fn text_at(message: &mut Value, index: usize) -> Option<&mut Value> {
-    message.get_mut("result")?.get_mut("content")?.get_mut(index)?.get_mut("text")
 }
 
 /// The text of a JSON string literal (its quotes included) that serde_json has validated; None where
@@ -192,7 +191,7 @@ fn hex4(bytes: &[u8]) -> Option<(u16, &[u8])> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -227,8 +226,33 @@ mod tests {
         json!({"jsonrpc": "2.0", "id": 7, "result": {"content": content, "isError": false}}).to_string()
     }
 
+    #[derive(Deserialize)]
+    struct Answer {
+        result: CallToolResult,
+    }
+
+    /// A line's tool result as the transport reads it: cut, read, filled.
+    fn read(line: &str) -> serde_json::Result<CallToolResult> {
+        let Some(cut) = Cut::of(line.as_bytes()) else {
+            return serde_json::from_str::<Answer>(line).map(|answer| answer.result);
+        };
+        let mut answer: Answer = serde_json::from_slice(cut.rest())?;
+        cut.fill(&mut answer.result, line.as_bytes().to_vec())?;
+        Ok(answer.result)
+    }
+
+    /// Reading `line` cut gives what serde_json gives: the same result or an error.
+    fn assert_read_as_serde_json_reads(line: &str) {
+        let ours = read(line).map_err(|e| e.to_string());
+        let serde = serde_json::from_str::<Answer>(line).map(|answer| answer.result).map_err(|e| e.to_string());
+        assert_eq!(ours.is_ok(), serde.is_ok(), "{ours:?} {serde:?}: {}", &line[line.len() - 40..]);
+        if let (Ok(ours), Ok(serde)) = (ours, serde) {
+            assert!(ours == serde, "{}", &line[line.len() - 40..]);
+        }
+    }
+
     #[test]
-    fn lines_with_large_texts_parse_to_the_same_value_as_with_serde_json() {
+    fn lines_with_large_texts_read_as_with_serde_json() {
         let document =
             json!({"rows": (0..4000).map(|i| json!({"name": format!("row \"{i}\" é"), "n": i})).collect::<Vec<_>>()});
         let large = serde_json::to_string(&document).unwrap();
@@ -239,21 +263,24 @@ mod tests {
             tool_answer(&vec!["x".repeat(1000); 100]),
             json!({"jsonrpc": "2.0", "id": 1, "result": {"structuredContent": {"text": large}}}).to_string(),
             json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "image", "data": large}]}}).to_string(),
+            // A large text in a block that is no text block is no part of the result.
+            json!({"id": 1, "result": {"content": [{"type": "image", "data": "x", "mimeType": "a/b", "text": large}]}})
+                .to_string(),
         ];
         for line in &lines {
             assert!(line.len() >= LARGE);
-            assert_eq!(parse(line.clone().into_bytes()).unwrap(), serde_json::from_str::<Value>(line).unwrap());
+            assert_read_as_serde_json_reads(line);
         }
-        assert!(Split::of(lines[0].as_bytes()).is_some(), "the large text is read by hand");
-        assert!(Split::of(lines[1].as_bytes()).is_some_and(|split| split.copied.len() == 2));
-        assert!(Split::of(lines[2].as_bytes()).is_none());
+        assert!(Cut::of(lines[0].as_bytes()).is_some(), "the large text is read by hand");
+        assert!(Cut::of(lines[1].as_bytes()).is_some_and(|cut| cut.copied.len() == 2));
+        assert!(Cut::of(lines[2].as_bytes()).is_none());
+        assert!(Cut::of(lines[5].as_bytes()).is_some());
     }
 
     #[test]
-    fn lines_the_shortcut_cannot_read_are_read_or_rejected_as_serde_json_does() {
+    fn lines_the_cut_cannot_read_are_read_or_rejected_as_serde_json_does() {
         let large = "x".repeat(LARGE);
         let lines = [
-            // The last of a repeated key wins.
             format!(
                 r#"{{"id":1,"result":{{"content":[{{"type":"text","text":"{large}"}}]}},"result":{{"content":[]}}}}"#
             ),
@@ -266,14 +293,10 @@ mod tests {
             format!(r#"[{{"content":[{{"type":"text","text":"{large}"}}]}}]"#),
             format!(r#"{{"id":1,"result":[[{{"type":"text","text":"{large}"}}]]}}"#),
             format!(r#"{{"id":1,"result":{{"content":[["{large}"]]}}}}"#),
+            format!(r#"{{"id":1,"result":{{"content":[["text", "{large}"]]}}}}"#),
         ];
         for line in &lines {
-            let ours = parse(line.clone().into_bytes()).map_err(|e| e.to_string());
-            let serde = serde_json::from_str::<Value>(line).map_err(|e| e.to_string());
-            assert_eq!(ours.is_ok(), serde.is_ok(), "{}", &line[line.len() - 40..]);
-            if let (Ok(ours), Ok(serde)) = (ours, serde) {
-                assert_eq!(ours, serde);
-            }
+            assert_read_as_serde_json_reads(line);
         }
     }
 }

@@ -5,13 +5,15 @@
 //! waits out its timeout), an overlong answer to one of our requests becomes a JSON-RPC error for that
 //! request at once, marked so the registry can say how large it was. The connection stays usable.
 //!
-//! Answers to `tools/call` are read as a tool result directly, moving each string out of the parsed JSON.
-//! (rmcp's generic reading tries every result type in turn through serde's untagged buffering, which holds
-//! several copies of a large text at once: the server's peak memory was ~5.7 times a 60 MB result, and is
-//! ~2.9 times this way, ~2.1 times once [`large_texts`] read large texts without serde_json's scratch copy,
-//! and about the result's size once since the largest text is read in place and moved on to the runner.)
+//! Answers to `tools/call` are read as a tool result directly from the line, typed, with no JSON tree of
+//! the whole message in between. (rmcp's generic reading tries every result type in turn through serde's
+//! untagged buffering, which holds several copies of a large text at once: the server's peak memory was ~5.7
+//! times a 60 MB result; large texts now cost their size once, see [`Cut`]. An 8 MB structured result of
+//! 110,000 small rows peaked at 275 MB read as a tree of the whole message and then rebuilt; 184 MB read
+//! typed, its tree without spare capacity, see [`tool_result`].)
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 
 use rmcp::model::{
@@ -20,11 +22,14 @@ use rmcp::model::{
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
 
-use super::large_texts;
+use super::large_texts::Cut;
+use super::tool_result;
 use crate::lines::{Line, LineReader};
 
 /// The key in the `data` of a synthesized error that carries the size of the dropped message.
@@ -148,36 +153,60 @@ fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcM
     if line.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
-    // Kept for the log: parsing consumes the line.
-    let start = line[..line.len().min(200)].to_vec();
-    let ignored = |e: serde_json::Error| {
-        let start = String::from_utf8_lossy(&start);
-        tracing::debug!("ignored a line from a downstream that is not a JSON-RPC message ({e}): {start}");
-    };
-    let mut value = large_texts::parse(line).map_err(ignored).ok()?;
-    if let Some(id) = answered_call(&value, calls) {
+    let cut = Cut::of(&line);
+    let unlarge = cut.as_ref().map_or(line.as_slice(), Cut::rest);
+    if let Some((id, at)) = answered_call(unlarge, calls) {
         calls.remove(&id);
-        if let Some(result) = value.get_mut("result").filter(|result| is_complete(result)).map(Value::take) {
-            return Some(tool_result(id, result));
+        match tool_result::read(&unlarge[at]) {
+            Ok(Some(mut result)) => {
+                let filled = match cut {
+                    Some(cut) => cut.fill(&mut result, line).map(|()| result),
+                    None => Ok(result),
+                };
+                return Some(answer(id, filled));
+            }
+            // Not a tool result (a task handle, say): read as any other message.
+            Ok(None) => {}
+            Err(error) => return Some(answer(id, Err(error))),
         }
     }
-    serde_json::from_value(value).map_err(ignored).ok()
+    serde_json::from_slice(&line)
+        .map_err(|e| {
+            let start = String::from_utf8_lossy(&line[..line.len().min(200)]);
+            tracing::debug!("ignored a line from a downstream that is not a JSON-RPC message ({e}): {start}");
+        })
+        .ok()
 }
 
-/// The id of the message if it answers one of our `tools/call` requests.
-fn answered_call(message: &Value, calls: &HashSet<RequestId>) -> Option<RequestId> {
-    let id = serde_json::from_value::<RequestId>(message.get("id")?.clone()).ok()?;
-    calls.contains(&id).then_some(id)
+/// The fields of a message that say whether it answers one of our `tools/call` requests.
+#[derive(Deserialize)]
+struct Answer<'a> {
+    id: Option<RequestId>,
+    /// Present even when `null` (which is no tool result, so the call fails at once).
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
 }
 
-/// Whether a result is a complete one (not, say, a task handle): only those are tool results.
-fn is_complete(result: &Value) -> bool {
-    result.get("resultType").is_none_or(|kind| kind == "complete")
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(deserializer).map(Some)
 }
 
-/// The answer to `tools/call` `id`: its tool result, or an error saying why `result` is not one.
-fn tool_result(id: RequestId, result: Value) -> RxJsonRpcMessage<RoleClient> {
-    match serde_json::from_value::<CallToolResult>(result) {
+/// The id of the message if it answers one of our `tools/call` requests, and where its result lies in it.
+fn answered_call(line: &[u8], calls: &HashSet<RequestId>) -> Option<(RequestId, Range<usize>)> {
+    // A message is an object (serde would read these fields from an array too).
+    if line.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let answer: Answer = serde_json::from_slice(line).ok()?;
+    let id = answer.id.filter(|id| calls.contains(id))?;
+    let result = answer.result?.get();
+    let at = result.as_ptr() as usize - line.as_ptr() as usize;
+    Some((id, at..at + result.len()))
+}
+
+/// The answer to `tools/call` `id`: its tool result, or an error saying why it has none.
+fn answer(id: RequestId, result: serde_json::Result<CallToolResult>) -> RxJsonRpcMessage<RoleClient> {
+    match result {
         Ok(result) => ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
         Err(e) => ServerJsonRpcMessage::error(
             ErrorData::new(
@@ -246,30 +275,42 @@ mod tests {
 
     #[tokio::test]
     async fn answers_to_tools_call_are_read_as_tool_results_or_fail_their_call() {
-        let answers = concat!(
-            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n",
-            "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"content\":\"not a list\"}}\n",
-        );
-        let mut transport = LineTransport::new(std::io::Cursor::new(answers.as_bytes()), tokio::io::sink(), 1000);
-        for id in [1, 2] {
+        let large = "a \"quoted\" line\n".repeat(10_000);
+        let answers = [
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "hi"}]}}),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"content": "not a list"}}),
+            json!({"jsonrpc": "2.0", "id": 3, "result": null}),
+            json!({"jsonrpc": "2.0", "id": 4, "result": {"content": [{"type": "text", "text": large}]}}),
+            json!({"jsonrpc": "2.0", "id": 5, "result": {"resultType": "task", "task": {}}}),
+        ];
+        let input: String = answers.iter().map(|answer| format!("{answer}\n")).collect();
+        let mut transport = LineTransport::new(std::io::Cursor::new(input.into_bytes()), tokio::io::sink(), 1 << 20);
+        for id in 1..=5 {
             let call = CallToolRequest::new(CallToolRequestParams::new("t"));
             let request = ClientJsonRpcMessage::request(ClientRequest::CallToolRequest(call), RequestId::Number(id));
             transport.send(request).await.unwrap();
         }
-        match Transport::<RoleClient>::receive(&mut transport).await {
+        let text = |message: Option<RxJsonRpcMessage<RoleClient>>| match message {
             Some(ServerJsonRpcMessage::Response(response)) => match response.result {
-                ServerResult::CallToolResult(result) => assert_eq!(result.content[0].as_text().unwrap().text, "hi"),
+                ServerResult::CallToolResult(result) => result.content[0].as_text().unwrap().text.clone(),
                 other => panic!("not a tool result: {other:?}"),
             },
             other => panic!("not a response: {other:?}"),
-        }
-        match Transport::<RoleClient>::receive(&mut transport).await {
-            Some(ServerJsonRpcMessage::Error(error)) => {
-                assert_eq!(error.id, Some(RequestId::Number(2)));
-                assert!(error.error.message.starts_with("the server answered with an invalid tool result"));
+        };
+        assert_eq!(text(Transport::<RoleClient>::receive(&mut transport).await), "hi");
+        for id in [2, 3] {
+            match Transport::<RoleClient>::receive(&mut transport).await {
+                Some(ServerJsonRpcMessage::Error(error)) => {
+                    assert_eq!(error.id, Some(RequestId::Number(id)));
+                    assert!(error.error.message.starts_with("the server answered with an invalid tool result"));
+                }
+                other => panic!("not an error: {other:?}"),
             }
-            other => panic!("not an error: {other:?}"),
         }
+        assert_eq!(text(Transport::<RoleClient>::receive(&mut transport).await), large);
+        // Not a tool result: read as any other message, not failed as an invalid one.
+        let task = Transport::<RoleClient>::receive(&mut transport).await;
+        assert!(!matches!(task, Some(ServerJsonRpcMessage::Error(_))), "{task:?}");
         assert!(transport.calls.is_empty(), "answered calls are forgotten");
     }
 
