@@ -359,7 +359,41 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
         (peak_rss - idle_rss) / 8.0,
     );
     row("cold start to initialize answered", ms(cold_start), "-".into(), 1.0);
+    structured_result_peak(sandbox).await;
     Some(cold_p50)
+}
+
+/// The peak memory of a fresh server through one structured result of 110,000 small rows, sent as the
+/// official SDK sends a list (structured content, one text per row, an output schema to validate against).
+async fn structured_result_peak(sandbox: &str) {
+    let (server, _) = start(
+        sandbox,
+        "  timeout_seconds: 120
+",
+    )
+    .await;
+    server.execute("print(1)").await;
+    let (idle_rss, _) = server.memory();
+    let run = server
+        .execute(
+            "import json\nr = await mcp__mock__sdk_rows(count=110_000)\nemit(len(json.dumps(r, separators=(',', ':'))))",
+        )
+        .await;
+    let size = run["result"].as_f64().unwrap() / (1024.0 * 1024.0);
+    let (_, peak_rss) = server.memory();
+    let result = format!("{size:.1} MiB structured result");
+    row(
+        "server RSS peak (after a structured result of 110,000 rows)",
+        format!("{peak_rss:.1} MiB"),
+        result.clone(),
+        peak_rss / size,
+    );
+    row(
+        "server RSS peak over idle (the same)",
+        format!("{:.1} MiB", peak_rss - idle_rss),
+        result,
+        (peak_rss - idle_rss) / size,
+    );
 }
 
 /// A 200-line program of the kind models write: calls with literal and computed arguments, loops,

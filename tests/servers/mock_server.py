@@ -73,6 +73,22 @@ def register_tools(server):
     def sdk_list(args):
         return result(text("1"), text("2"), text("3"), structured={"result": [1, 2, 3]})
 
+    # The same with rows, for a large result of many small objects (the benchmark's structured row).
+    row_schema = {"type": "object", "required": ["id", "name", "tags", "score"],
+                  "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+                                 "tags": {"type": "array", "items": {"type": "string"}},
+                                 "score": {"type": "number"}}}
+
+    @tool("sdk_rows", "`count` rows in the official Python SDK style.",
+          {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}},
+           "required": ["count"]},
+          output_schema={"type": "object", "required": ["result"],
+                         "properties": {"result": {"type": "array", "items": row_schema}}})
+    def sdk_rows(args):
+        rows = [{"id": i, "name": f"row {i}", "tags": ["a", "b"], "score": i * 0.5}
+                for i in range(args["count"])]
+        return result(*(json_text(row) for row in rows), structured={"result": rows})
+
     # FastMCP marks its {"result": ...} wrapping in the output schema ...
     @tool("fastmcp_wrapped", "Scalar result wrapped the FastMCP way (schema marker).", NO_ARGS,
           output_schema={"type": "object", "properties": {"result": {"type": "string"}},
