@@ -95,6 +95,22 @@ print(said == plain, parsed == doc, len(plain) > 2_000_000)
     assert_eq!(run.structured()["output"], json!("True True True\n"));
 }
 
+/// A large structured result of many rows, one text per row as the official SDK sends a list: read typed
+/// from the line (src/registry/stdio/tool_result.rs), validated against its output schema, the texts found
+/// to restate the rows (no notes).
+#[apply(integration_test!)]
+async fn a_large_official_sdk_style_list_arrives_whole_without_notes() {
+    let ptc = ptc_with(&[], "").await;
+    let program = r#"
+rows = await mcp__mock__sdk_rows(count=30_000)
+expected = [{"id": i, "name": f"row {i}", "tags": ["a", "b"], "score": i * 0.5} for i in range(30_000)]
+print(type(rows).__name__, rows == expected, list(rows[7]))
+"#;
+    let run = ptc.execute(program).await;
+    run.expect_ok();
+    assert_eq!(run.structured()["output"], json!("list True ['id', 'name', 'tags', 'score']\n"));
+}
+
 #[apply(integration_test!)]
 async fn names_map_to_identifiers_and_collisions_are_reported_not_overwritten() {
     let ptc = ptc_with(&["--collide"], "").await;
