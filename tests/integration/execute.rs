@@ -166,7 +166,7 @@ async fn helpers_work_inside_programs_with_or_without_await_and_are_not_counted(
     let text = run.expect_ok();
     assert_eq!(
         text,
-        "[Script executed successfully]\nTrue\n['sum']\n{'mock': {'connected': True, 'tools': 22, 'error': None}}\n\
+        "[Script executed successfully]\nTrue\n['sum']\n{'mock': {'connected': True, 'tools': 23, 'error': None}}\n\
          [Tool not found] 'mcp__mock__nope' is not a callable tool; list_callable_tools gives the exact names"
     );
     assert_eq!(run.structured()["tool_calls"], json!([]));

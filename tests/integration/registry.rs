@@ -129,7 +129,7 @@ async fn names_map_to_identifiers_and_collisions_are_reported_not_overwritten() 
 async fn paginated_tool_lists_are_followed_to_the_end() {
     let ptc = ptc_with(&["--page-size", "3", "--extra-tools", "5"], "").await;
     let (names, _) = ptc.list_callable_tools().await;
-    assert_eq!(names.len(), 27, "{names:?}");
+    assert_eq!(names.len(), 28, "{names:?}");
     assert!(names.contains(&"mcp__mock__extra_4".to_string()));
     let mut sorted = names.clone();
     sorted.sort();
