@@ -21,7 +21,9 @@ pub struct ToolEntry {
     pub server: String,
     /// The tool as its server listed it.
     pub tool: Tool,
-    validator: Option<jsonschema::Validator>,
+    /// Compiled at the first result that needs it: most listed tools are never called, and compiling is
+    /// the only use of the validator's compiler code (its pages stay out of memory until then).
+    validator: OnceLock<Option<jsonschema::Validator>>,
     wrapped: bool,
     signature: Signature,
     /// The tool as the runner's `run` message carries it, serialised once.
@@ -30,18 +32,12 @@ pub struct ToolEntry {
 
 impl ToolEntry {
     pub fn new(server: &str, tool: Tool) -> Self {
-        let validator = tool.output_schema.as_ref().and_then(|schema| {
-            jsonschema::validator_for(&Value::Object(schema.as_ref().clone()))
-                .inspect_err(|e| {
-                    tracing::warn!(server, tool = %tool.name, "output schema does not compile, results are not validated: {e}")
-                })
-                .ok()
-        });
         let wrapped = tool.output_schema.as_deref().is_some_and(schema_says_wrapped)
             || tool_meta_says_wrapped(tool.meta.as_ref().map(|m| &m.0));
         let namespaced = namespaced(server, &tool.name);
         let signature = Signature::of(&namespaced, &tool, wrapped);
         let runner_spec = serde_json::value::to_raw_value(&signature.runner_spec()).expect("specs serialise");
+        let validator = OnceLock::new();
         ToolEntry { namespaced, server: server.to_string(), tool, validator, wrapped, signature, runner_spec }
     }
 
@@ -52,10 +48,24 @@ impl ToolEntry {
 
     pub fn result_shape(&self) -> ResultShape<'_> {
         ResultShape {
-            validator: self.validator.as_ref(),
+            validator: self.validator(),
             declares_output_schema: self.tool.output_schema.is_some(),
             wrapped: self.wrapped,
         }
+    }
+
+    /// The compiled output schema, if the tool declares one that compiles.
+    fn validator(&self) -> Option<&jsonschema::Validator> {
+        let compile = || {
+            let schema = self.tool.output_schema.as_ref()?;
+            jsonschema::validator_for(&Value::Object(schema.as_ref().clone()))
+                .inspect_err(|e| {
+                    let (server, tool) = (&self.server, &self.tool.name);
+                    tracing::warn!(server, %tool, "output schema does not compile, results are not validated: {e}");
+                })
+                .ok()
+        };
+        self.validator.get_or_init(compile).as_ref()
     }
 
     /// What `inspect_tool` shows: the seed's `{name, description, inputSchema, outputSchema, note?}` plus the
@@ -218,7 +228,9 @@ mod tests {
         let typed = ToolEntry::new("s", tool("t", json!({"outputSchema": schema.clone()})));
         assert_eq!(typed.inspection()["outputSchema"], schema);
         assert!(typed.inspection().get("note").is_none());
-        assert!(typed.validator.is_some());
+        assert!(typed.validator().is_some());
+        let broken = ToolEntry::new("s", tool("t", json!({"outputSchema": {"type": "no such type"}})));
+        assert!(broken.validator().is_none(), "results of a tool whose schema does not compile are not validated");
     }
 
     #[test]
