@@ -46,8 +46,9 @@ pub fn read(json: &[u8]) -> serde_json::Result<Option<CallToolResult>> {
     Ok(Some(result))
 }
 
-fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Tight>, D::Error> {
-    Tight::deserialize(deserializer).map(Some)
+/// For `#[serde(default, deserialize_with = "present")]`: a field that is there is `Some`, even when `null`.
+pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
 }
 
 /// A JSON value whose objects and arrays hold no spare capacity; otherwise as serde_json reads it.

@@ -22,7 +22,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -183,12 +183,8 @@ fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcM
 struct Answer<'a> {
     id: Option<RequestId>,
     /// Present even when `null` (which is no tool result, so the call fails at once).
-    #[serde(default, borrow, deserialize_with = "present")]
+    #[serde(default, borrow, deserialize_with = "tool_result::present")]
     result: Option<&'a RawValue>,
-}
-
-fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(deserializer).map(Some)
 }
 
 /// The id of the message if it answers one of our `tools/call` requests, and where its result lies in it.
