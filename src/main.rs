@@ -60,6 +60,14 @@ enum Command {
         #[arg(value_name = "FILE|-")]
         file: PathBuf,
     },
+    /// Print the seatbelt profile exactly as a run would use it (the text `sandbox-exec -p` gets, after
+    /// comments that give its -D parameters), for execution.python; works on any OS, so the profile can be
+    /// read and checked without a Mac.
+    SandboxProfile {
+        /// The sandbox whose profile to print: seatbelt.
+        #[arg(value_name = "SANDBOX")]
+        sandbox: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -95,6 +103,10 @@ fn main() -> ExitCode {
                 cli::tools(&config, &ToolsArgs { query, signatures, json }).await
             }
             Some(Command::Run { file }) => cli::run(&config, &file).await,
+            Some(Command::SandboxProfile { sandbox }) => match parse_sandbox(&sandbox) {
+                Some(kind) => cli::sandbox_profile(kind, &config).await,
+                None => CONFIG_ERROR,
+            },
         }
     });
     // A pending read of stdin cannot be cancelled, so leave without waiting for the runtime to wind down.
@@ -113,15 +125,18 @@ fn runtime_for(command: Option<&Command>) -> std::io::Result<tokio::runtime::Run
     }
 }
 
+/// A sandbox named on the command line, or `None` after saying which names there are.
+fn parse_sandbox(sandbox: &str) -> Option<SandboxKind> {
+    let kind = serde_yaml_ng::from_str(sandbox).ok();
+    if kind.is_none() {
+        eprintln!("ptc-mcp: unknown sandbox '{sandbox}'; expected auto, seatbelt, landlock, docker or none");
+    }
+    kind
+}
+
 /// `--check-sandbox`: probe one backend and report.
 async fn check_sandbox(sandbox: &str, config: &Config) -> u8 {
-    let kind: SandboxKind = match serde_yaml_ng::from_str(sandbox) {
-        Ok(kind) => kind,
-        Err(_) => {
-            eprintln!("ptc-mcp: unknown sandbox '{sandbox}'; expected auto, seatbelt, landlock, docker or none");
-            return CONFIG_ERROR;
-        }
-    };
+    let Some(kind) = parse_sandbox(sandbox) else { return CONFIG_ERROR };
     let settings = match ptc_mcp::app::backend_settings(config) {
         Ok(settings) => settings,
         Err(e) => {

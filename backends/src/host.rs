@@ -12,10 +12,12 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::task::JoinHandle;
 
+use crate::lifecycle::{DeathWatch, ExitWatch, has_exited, signal_group};
 use crate::limits::MALLOC_ARENA_MAX;
 use crate::protocol::RUNNER_SOURCE;
 use crate::rlimits::MemoryBound;
 use crate::tail::StderrTail;
+use crate::watch::{LimitWatch, Watched};
 use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError, SpawnRequest, python, rlimits};
 
 /// Interpreter arguments that start the embedded runner.
@@ -39,7 +41,7 @@ pub(crate) fn runner_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 
 /// Starts `argv` (built for the run's scratch directory) as a runner: an empty environment except `HOME`
 /// and `TMPDIR` (the scratch directory, also its working directory), its own process group, the run's
-/// rlimits, and (on Linux) death with the server.
+/// rlimits, and death with the server.
 pub(crate) async fn spawn_confined(
     request: &SpawnRequest,
     argv: impl FnOnce(&Path) -> Vec<OsString>,
@@ -51,24 +53,53 @@ pub(crate) async fn spawn_confined(
         return Err(SpawnError::Start { program: String::new(), source });
     };
     let program = program.to_string_lossy().into_owned();
+    // The run's cgroup, the user's task count and name take file system work: off the runtime's thread.
+    let limits = request.limits.clone();
+    let cpu_seconds = rlimits::cpu_seconds(request.timeout);
+    let prepared = tokio::task::spawn_blocking(move || Prepared::for_run(&limits, cpu_seconds)).await;
+    let Prepared { group, memory, rlimits, user, join } = prepared
+        .map_err(|e| SpawnError::Start { program: program.clone(), source: std::io::Error::other(e) })?
+        .map_err(|source| SpawnError::Start { program: program.clone(), source })?;
     let mut command = runner_command(&argv[0]);
     command.args(args).env("HOME", scratch.path()).env("TMPDIR", scratch.path()).current_dir(scratch.path());
     command.env(MALLOC_ARENA_MAX.0, MALLOC_ARENA_MAX.1);
-    // SAFETY: getuid has no preconditions.
-    if let Some(name) = user_name(unsafe { libc::getuid() }) {
+    if let Some(name) = user {
         command.env("LOGNAME", &name).env("USER", &name);
     }
-    let cgroup = RunGroup::for_run(&request.limits, request.limits.memory_bytes());
-    let memory = if cgroup.bounds_memory() { MemoryBound::Cgroup } else { MemoryBound::Rlimits };
-    let mut rlimits = rlimits::for_run(&request.limits, rlimits::cpu_seconds(request.timeout), memory);
-    rlimits.extend(task_limit(&request.limits));
-    let join = cgroup.joiner().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
     // SAFETY: the closure only makes async-signal-safe syscalls (write, close_range, setrlimit, prctl).
     unsafe {
         command.pre_exec(move || confine(join.as_ref(), &rlimits));
     }
     let child = crate::spawner::spawn(command).await.map_err(|source| SpawnError::Start { program, source })?;
-    host_runner(child, scratch, cgroup)
+    let watched = Watched {
+        memory_bytes: (memory == MemoryBound::Watch).then(|| request.limits.memory_bytes()),
+        scratch: Some((scratch.path().to_path_buf(), request.limits.scratch_mb << 20)),
+    };
+    host_runner(child, scratch, group, watched)
+}
+
+/// What a runner's start needs from the system, found before the fork.
+struct Prepared {
+    group: RunGroup,
+    memory: MemoryBound,
+    rlimits: Vec<rlimits::Rlimit>,
+    /// This user's name, for `LOGNAME` and `USER`.
+    user: Option<String>,
+    /// The run's cgroup's `cgroup.procs`, open for the child to move itself in.
+    join: Option<std::fs::File>,
+}
+
+impl Prepared {
+    fn for_run(limits: &crate::Limits, cpu_seconds: u64) -> std::io::Result<Prepared> {
+        let group = RunGroup::for_run(limits, limits.memory_bytes());
+        let memory = MemoryBound::for_host(rlimits::Os::CURRENT, group.bounds_memory());
+        let mut rlimits = rlimits::for_run(limits, cpu_seconds, memory);
+        rlimits.extend(task_limit(limits));
+        // SAFETY: getuid has no preconditions.
+        let user = user_name(unsafe { libc::getuid() });
+        let join = group.joiner()?;
+        Ok(Prepared { group, memory, rlimits, user, join })
+    }
 }
 
 /// The run's cgroup where there is one (Linux, see `cgroup`); nothing elsewhere.
@@ -180,14 +211,8 @@ fn confine(cgroup_procs: Option<&std::fs::File>, rlimits: &[rlimits::Rlimit]) ->
     }
     close_inherited_fds()?;
     rlimits::apply(rlimits)?;
-    // Die with the server even if it is killed without a chance to clean up. macOS has no such signal: there a
-    // runner outlives a killed server only until it reads the end of its channel, its stdin.
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    // Elsewhere than on Linux the reaper does this, once the runner's group is known (`host_runner`).
+    crate::lifecycle::die_with_server()
 }
 
 /// Fds past stdio become close-on-exec (async-signal-safe): with one `close_range` on Linux 5.11+; on older
@@ -220,8 +245,14 @@ fn mark_close_on_exec(fds: std::ops::Range<libc::c_int>) {
 }
 
 /// Wraps a spawned child (started with `process_group(0)` and piped stdio) into a [`RunnerProcess`]. The
-/// scratch directory lives as long as the runner and is removed after it is killed.
-pub(crate) fn host_runner(mut child: Child, scratch: TempDir, group: RunGroup) -> Result<RunnerProcess, SpawnError> {
+/// scratch directory lives as long as the runner and is removed after it is killed; what no kernel limit
+/// bounds here is `watched`.
+pub(crate) fn host_runner(
+    mut child: Child,
+    scratch: TempDir,
+    group: RunGroup,
+    watched: Watched,
+) -> Result<RunnerProcess, SpawnError> {
     let missing = |what: &str| SpawnError::Start {
         program: "runner".into(),
         source: std::io::Error::other(format!("{what} was not piped")),
@@ -233,11 +264,31 @@ pub(crate) fn host_runner(mut child: Child, scratch: TempDir, group: RunGroup) -
     let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
     let tail = StderrTail::default();
     let stderr_reader = Some(tokio::spawn(keep_stderr_tail(stderr, tail.clone())));
-    let pgid = child.id().map(|pid| pid as libc::pid_t);
-    let exit = pgid.and_then(ExitWatch::of);
+    let lifecycle = child.id().map(|pid| Lifecycle::of(pid as libc::pid_t, watched));
     let control =
-        HostControl { child, pgid, exit, exited: None, stderr_tail: tail, stderr_reader, group, _scratch: scratch };
+        HostControl { child, lifecycle, exited: None, stderr_tail: tail, stderr_reader, group, _scratch: scratch };
     Ok(RunnerProcess { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), control: Box::new(control) })
+}
+
+/// What watches a started runner's group: its leader's exit, the limits no kernel enforces, and the server's
+/// death. All of it ends before the leader is reaped, when the group's id stops being ours.
+struct Lifecycle {
+    /// The runner's process group (its own pid).
+    pgid: libc::pid_t,
+    exit: ExitWatch,
+    limits: Option<LimitWatch>,
+    _death: DeathWatch,
+}
+
+impl Lifecycle {
+    fn of(pgid: libc::pid_t, watched: Watched) -> Lifecycle {
+        Lifecycle {
+            pgid,
+            exit: ExitWatch::new(pgid),
+            limits: LimitWatch::start(pgid, watched),
+            _death: DeathWatch::of(pgid),
+        }
+    }
 }
 
 /// How long a killed runner's stderr may take to reach its end (a process that left the group can hold it).
@@ -266,51 +317,10 @@ async fn keep_stderr_tail(mut stderr: ChildStderr, tail: StderrTail) {
     }
 }
 
-/// Tells when a process has exited without reaping it (Linux: a pidfd, readable at exit). Until it is reaped
-/// its pid, which is also its process group's id, cannot be reused: the group can be killed safely then.
-struct ExitWatch {
-    #[cfg(target_os = "linux")]
-    pidfd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
-}
-
-impl ExitWatch {
-    fn of(pid: libc::pid_t) -> Option<ExitWatch> {
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::FromRawFd;
-            // SAFETY: pidfd_open of our own child; the fd is owned right away.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd < 0 {
-                return None; // Before Linux 5.3: the group is killed just after the reaping instead.
-            }
-            // SAFETY: a fresh fd owned by nobody else.
-            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) };
-            if tokio::runtime::Handle::try_current().is_err() {
-                return None;
-            }
-            // SAFETY: the OwnedFd stays open, as the same fd, for as long as the AsyncFd owns it.
-            let pidfd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
-            return pidfd.ok().map(|pidfd| ExitWatch { pidfd });
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = pid;
-            None
-        }
-    }
-
-    async fn exited(&self) {
-        #[cfg(target_os = "linux")]
-        let _ = self.pidfd.readable().await;
-    }
-}
-
 struct HostControl {
     child: Child,
-    /// The runner's process group (its own pid); `None` if it had already exited when spawned.
-    pgid: Option<libc::pid_t>,
-    /// Where available, the runner's exit seen before it is reaped.
-    exit: Option<ExitWatch>,
+    /// Until the leader is reaped (`None` also if it had exited when spawned): its group is ours to kill.
+    lifecycle: Option<Lifecycle>,
     exited: Option<ExitInfo>,
     stderr_tail: StderrTail,
     /// Fills `stderr_tail`; ends once nothing holds the runner's stderr open.
@@ -326,9 +336,8 @@ impl HostControl {
     /// leader is reaped its id, the group's, may name another process group: then only the cgroup (the run's
     /// own) is killed.
     fn kill_group(&self) {
-        if let Some(pgid) = self.pgid.filter(|_| self.exited.is_none()) {
-            // SAFETY: plain syscall; a group that no longer exists yields ESRCH, which is fine.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        if let Some(lifecycle) = &self.lifecycle {
+            signal_group(lifecycle.pgid, libc::SIGKILL);
         }
         self.group.kill();
     }
@@ -340,19 +349,20 @@ impl RunnerControl for HostControl {
         if let Some(info) = &self.exited {
             return info.clone();
         }
-        if let Some(exit) = &self.exit {
+        let mut passed = None;
+        if let Some(lifecycle) = &self.lifecycle {
             // Whatever the leader left behind in its group goes, before the leader is reaped.
-            exit.exited().await;
+            lifecycle.exit.exited().await;
             self.kill_group();
+            passed = lifecycle.limits.as_ref().and_then(|l| l.passed().map(str::to_string));
         }
-        let info = match self.child.wait().await {
-            Ok(status) => exit_info(status),
-            Err(e) => ExitInfo::Unknown(format!("could not wait for the runner: {e}")),
+        // No watch may signal the group, nor the reaper remember it, once its id is free.
+        self.lifecycle = None;
+        let info = match (self.child.wait().await, passed) {
+            (_, Some(why)) => ExitInfo::PastLimit(why),
+            (Ok(status), None) => exit_info(status),
+            (Err(e), None) => ExitInfo::Unknown(format!("could not wait for the runner: {e}")),
         };
-        // Without an exit watch the group goes only now (its id may then be reused: unlikely, not impossible).
-        if self.exit.is_none() {
-            self.kill_group();
-        }
         self.exited = Some(info.clone());
         info
     }
@@ -380,7 +390,7 @@ impl RunnerControl for HostControl {
     }
 
     fn has_exited(&mut self) -> bool {
-        self.exited.is_some() || self.pgid.is_none_or(has_exited_unreaped)
+        self.exited.is_some() || self.lifecycle.as_ref().is_none_or(|l| has_exited(l.pgid))
     }
 
     fn stderr_tail(&self) -> String {
@@ -392,20 +402,6 @@ impl Drop for HostControl {
     fn drop(&mut self) {
         self.kill_group();
         // `kill_on_drop` on the child makes tokio kill and reap the leader if it is still there.
-    }
-}
-
-/// Whether process `pid` (our child) has exited, leaving it to be reaped (and its id kept) by `wait`.
-fn has_exited_unreaped(pid: libc::pid_t) -> bool {
-    // SAFETY: waitid into a zeroed siginfo; WNOWAIT leaves the child waitable, WNOHANG never blocks.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
-        #[cfg(target_os = "linux")]
-        let exited = info.si_pid() != 0;
-        #[cfg(not(target_os = "linux"))]
-        let exited = info.si_pid != 0;
-        rc != 0 || exited
     }
 }
 

@@ -11,6 +11,7 @@ pub mod guarantees;
 mod host;
 mod kind;
 mod landlock;
+pub mod lifecycle;
 mod limits;
 mod none;
 pub mod protocol;
@@ -20,6 +21,7 @@ mod scratch;
 mod seatbelt;
 mod spawner;
 mod tail;
+mod watch;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -36,7 +38,7 @@ pub use landlock::LandlockBackend;
 pub use limits::Limits;
 pub use none::NoneBackend;
 pub use python::{Python, PythonError, resolve_python};
-pub use seatbelt::SeatbeltBackend;
+pub use seatbelt::{LayoutError as SeatbeltLayoutError, SeatbeltBackend, printable_profile as seatbelt_profile};
 
 /// What a backend can do on this machine right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +95,8 @@ pub enum SpawnError {
 pub enum ExitInfo {
     Code(i32),
     Signal(i32),
+    /// Killed by the server for passing a limit it watches (`watch`): which one, and where it is set.
+    PastLimit(String),
     Unknown(String),
 }
 
@@ -104,6 +108,7 @@ impl std::fmt::Display for ExitInfo {
             ExitInfo::Signal(libc::SIGXCPU) => write!(f, "killed (SIGXCPU: CPU-time limit)"),
             ExitInfo::Signal(libc::SIGXFSZ) => write!(f, "killed (SIGXFSZ: file-size limit)"),
             ExitInfo::Signal(sig) => write!(f, "killed by signal {sig}"),
+            ExitInfo::PastLimit(why) => write!(f, "killed (SIGKILL: {why})"),
             ExitInfo::Unknown(why) => write!(f, "{why}"),
         }
     }
@@ -191,6 +196,7 @@ pub struct BackendSettings {
 
 /// Builds the backend for a configured kind. `auto` resolves to the OS's real sandbox, never to `none`.
 pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxBackend> {
+    lifecycle::use_reaper(settings.helper.clone());
     match kind.resolve_auto() {
         SandboxKind::None => Arc::new(NoneBackend::new(settings.python.clone())),
         SandboxKind::Landlock => {
@@ -202,15 +208,18 @@ pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxB
     }
 }
 
-/// Runs a backend's confining helper if this process was started as one (`ptc-mcp <helper subcommand> …`);
-/// returns otherwise. Call first thing in `main`, before any thread exists.
+/// Runs a backend's confining helper, or the reaper, if this process was started as one (`ptc-mcp <hidden
+/// subcommand> …`); returns otherwise. Call first thing in `main`, before any thread exists.
 pub fn run_helper_if_requested(args: &[OsString]) {
+    if let [_, subcommand] = args
+        && subcommand == lifecycle::reaper::REAPER_SUBCOMMAND
+    {
+        lifecycle::reaper::main()
+    }
     #[cfg(target_os = "linux")]
     if let [_, subcommand, policy] = args
         && subcommand == landlock::HELPER_SUBCOMMAND
     {
         landlock::helper::main(&policy.to_string_lossy())
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = args;
 }

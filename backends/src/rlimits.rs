@@ -18,6 +18,41 @@ pub enum MemoryBound {
     Rlimits,
     /// A cgroup counts the memory the run uses (a container's, or the run's own): no memory rlimits.
     Cgroup,
+    /// The server watches the runner's footprint and kills it past `memory_mb` (`crate::watch`): no memory
+    /// rlimits either.
+    Watch,
+}
+
+/// The systems whose rules for limits differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Os {
+    Linux,
+    MacOs,
+    Other,
+}
+
+impl Os {
+    pub const CURRENT: Os = if cfg!(target_os = "linux") {
+        Os::Linux
+    } else if cfg!(target_os = "macos") {
+        Os::MacOs
+    } else {
+        Os::Other
+    };
+}
+
+impl MemoryBound {
+    /// What bounds the memory of a runner on this host, on `os`: its cgroup where one counts it; else
+    /// rlimits, except on macOS, which rejects RLIMIT_AS below what a process has mapped (EINVAL since macOS 12;
+    /// an interpreter maps more than any sane limit at start) and does not enforce RLIMIT_DATA: there the
+    /// server watches.
+    pub fn for_host(os: Os, cgroup_bounds_memory: bool) -> MemoryBound {
+        match (cgroup_bounds_memory, os) {
+            (true, _) => MemoryBound::Cgroup,
+            (false, Os::MacOs) => MemoryBound::Watch,
+            (false, _) => MemoryBound::Rlimits,
+        }
+    }
 }
 
 /// Signals a run may have queued at once. The count is the user's (per user namespace, and charged to every
@@ -119,6 +154,16 @@ mod tests {
         assert!(limits.contains(&(libc::RLIMIT_AS, (1024 + 512 + 256) * MIB)));
         let with_cgroup = for_run(&Limits::default(), 10, MemoryBound::Cgroup);
         assert!(with_cgroup.iter().all(|&(resource, _)| resource != libc::RLIMIT_AS && resource != libc::RLIMIT_DATA));
+    }
+
+    #[test]
+    fn macos_gets_no_memory_rlimit_and_a_watch_instead() {
+        assert_eq!(MemoryBound::for_host(Os::MacOs, false), MemoryBound::Watch);
+        assert_eq!(MemoryBound::for_host(Os::Linux, false), MemoryBound::Rlimits);
+        assert_eq!(MemoryBound::for_host(Os::Linux, true), MemoryBound::Cgroup);
+        let watched = for_run(&Limits::default(), 10, MemoryBound::Watch);
+        assert!(watched.iter().all(|&(resource, _)| resource != libc::RLIMIT_AS && resource != libc::RLIMIT_DATA));
+        assert!(watched.contains(&(libc::RLIMIT_NOFILE, 256)) && watched.contains(&(libc::RLIMIT_CORE, 0)));
     }
 
     #[test]

@@ -46,6 +46,12 @@ pub(crate) fn run_dir() -> io::Result<TempDir> {
     tempfile::Builder::new().prefix("ptc-run-").tempdir_in(server.dir.path())
 }
 
+/// The path a run's scratch directory would have, with placeholders where a real one has random characters
+/// (for showing a sandbox's rules without starting a server).
+pub(crate) fn example_run_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{SERVER_DIR_PREFIX}XXXXXX")).join("ptc-run-XXXXXX")
+}
+
 /// Removes this server's directory with what is left in it (at shutdown, once its runs are over).
 pub(crate) fn release() {
     SERVER_DIR.lock().unwrap_or_else(|e| e.into_inner()).take();

@@ -1,4 +1,4 @@
-//! The shell commands: `check`, `tools` and `run`. Results go to stdout, logs to stderr; each returns the
+//! The shell commands: `check`, `tools`, `run` and `sandbox-profile`. Results go to stdout, logs to stderr; each returns the
 //! process's exit status.
 
 use crate::app::App;
@@ -6,10 +6,12 @@ use crate::config::Config;
 
 mod check;
 mod run;
+mod sandbox_profile;
 mod tools;
 
 pub use check::check;
 pub use run::run;
+pub use sandbox_profile::sandbox_profile;
 pub use tools::{ToolsArgs, tools};
 
 /// Exit status: all is well.

@@ -5,7 +5,6 @@
 //! The group is always signalled before the leader is reaped: once the leader is reaped and the group is
 //! empty, its id may belong to someone else.
 
-mod exit_watch;
 mod large_texts;
 mod tool_result;
 mod transport;
@@ -19,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use crate::config::ServerConfig;
-use exit_watch::ExitWatch;
+use ptc_backends::lifecycle::ExitWatch;
 pub use transport::{LineTransport, oversized_bytes};
 
 /// Variables a downstream inherits from the server's environment when set (as the official SDKs do);

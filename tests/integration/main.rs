@@ -21,6 +21,7 @@ mod http;
 mod pool;
 mod progress;
 mod registry;
+mod seatbelt;
 mod shell;
 mod show;
 mod thirdparty;

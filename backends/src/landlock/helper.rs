@@ -153,7 +153,7 @@ fn finish(
     mut layers: Vec<String>,
 ) -> Result<Infallible, StepError> {
     let cgroup = policy.cgroup.as_ref();
-    let memory = if cgroup.is_some_and(|c| c.bounds_memory) { MemoryBound::Cgroup } else { MemoryBound::Rlimits };
+    let memory = MemoryBound::for_host(rlimits::Os::CURRENT, cgroup.is_some_and(|c| c.bounds_memory));
     let mut limits = rlimits::for_run(&policy.limits, policy.cpu_seconds, memory);
     limits.extend(task_limit);
     step("setting resource limits", rlimits::apply(&limits))?;
@@ -179,6 +179,7 @@ fn finish(
     });
     layers.push(match memory {
         MemoryBound::Cgroup => "memory: the cgroup's".to_string(),
+        MemoryBound::Watch => "memory: watched by the server".to_string(),
         MemoryBound::Rlimits => format!(
             "memory: RLIMIT_DATA {} MiB (private memory), RLIMIT_AS {} MiB (with room for stacks and arenas)",
             policy.limits.memory_mb,

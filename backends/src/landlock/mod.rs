@@ -16,6 +16,7 @@ use tokio::process::Command;
 
 use crate::host::{RunGroup, host_runner, runner_args, runner_command};
 use crate::python::ResolvedPython;
+use crate::watch::Watched;
 use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
 use policy::{PlanRequest, Policy, inspect, plan};
 
@@ -61,6 +62,9 @@ impl LandlockBackend {
         let run_dir = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
         let scratch = run_dir.path().join("scratch");
         std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
+        // Without namespaces scratch is a plain directory (with them, a size-limited tmpfs the server never
+        // sees, and this watch measures an empty directory).
+        let watched = Watched { memory_bytes: None, scratch: Some((scratch.clone(), request.limits.scratch_mb << 20)) };
         // The scratch tmpfs is memory too, charged to the run's cgroup.
         let cgroup_memory = request.limits.memory_bytes().saturating_add(request.limits.scratch_mb << 20);
         let group = RunGroup::for_run(&request.limits, cgroup_memory);
@@ -87,7 +91,7 @@ impl LandlockBackend {
         let child = crate::spawner::spawn(helper_command(&self.helper, &policy)?)
             .await
             .map_err(|source| SpawnError::Start { program: self.helper.display().to_string(), source })?;
-        host_runner(child, run_dir, group)
+        host_runner(child, run_dir, group, watched)
     }
 }
 

@@ -1,6 +1,5 @@
-//! Waiting for a child process to exit without reaping it. Its process group can only be signalled safely
-//! while the leader is unreaped: once the leader is reaped and the group is empty, the group id may be
-//! reused by an unrelated process. So the group is killed first, and the leader reaped after.
+//! Waiting for a child process to exit without reaping it, so that its group can be killed first and the
+//! leader reaped after.
 
 use std::time::Duration;
 
@@ -60,7 +59,7 @@ async fn poll_exit(pid: libc::pid_t) {
 }
 
 /// Whether child `pid` has exited, without reaping it. An error (no such child) counts as exited.
-fn has_exited(pid: libc::pid_t) -> bool {
+pub fn has_exited(pid: libc::pid_t) -> bool {
     // SAFETY: an all-zero siginfo_t is a valid value; waitid fills it in.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: plain syscall writing into `info`.
