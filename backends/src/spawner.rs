@@ -32,7 +32,11 @@ fn spawner() -> &'static mpsc::Sender<Job> {
         let (queue, jobs) = mpsc::channel::<Job>();
         let started = std::thread::Builder::new().name("ptc-spawner".into()).spawn(move || {
             for job in jobs {
-                job();
+                // A job that panics must not end the thread: its end would kill, through the parent-death
+                // signal, every runner it started. The job's caller sees its channel dropped.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                    tracing::error!("a runner's start panicked; the spawner thread goes on");
+                }
             }
         });
         if let Err(e) = started {
@@ -45,6 +49,32 @@ fn spawner() -> &'static mpsc::Sender<Job> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_job_that_panics_leaves_the_thread_and_its_children_alive() {
+        let mut survivor = spawn({
+            let mut command = Command::new("sleep");
+            command.arg("30").kill_on_drop(true);
+            // As runners do: a child of the spawner thread dies with it.
+            // SAFETY: the closure makes one async-signal-safe syscall.
+            unsafe { command.pre_exec(crate::lifecycle::die_with_server) };
+            command
+        })
+        .await
+        .unwrap();
+        let (done, ran) = oneshot::channel::<()>();
+        let job: Job = Box::new(move || {
+            let _done = done;
+            panic!("a start that panics");
+        });
+        spawner().send(job).unwrap();
+        assert!(ran.await.is_err(), "the panicking job dropped its channel");
+        let mut command = Command::new("sh");
+        command.args(["-c", "exit 5"]);
+        assert_eq!(spawn(command).await.unwrap().wait().await.unwrap().code(), Some(5), "the thread still spawns");
+        assert!(survivor.try_wait().unwrap().is_none(), "a child of the spawner thread outlived the panic");
+        survivor.kill().await.unwrap();
+    }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_command_is_spawned_off_the_runtime_thread_and_its_child_awaited_on_it() {
