@@ -20,6 +20,7 @@ mod execute;
 mod http;
 mod pool;
 mod progress;
+mod reaper;
 mod registry;
 mod seatbelt;
 mod shell;
