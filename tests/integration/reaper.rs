@@ -14,11 +14,16 @@ fn group_leader() -> std::process::Child {
     Command::new("sleep").arg("60").process_group(0).spawn().unwrap()
 }
 
-/// The mask of signals process `pid` ignores (`SigIgn` in its status).
+/// The mask of signals process `pid` ignores: `SigIgn` in its status on Linux, `ps -o sigignore` elsewhere.
 fn ignored_signals(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).unwrap_or("0").trim();
-    u64::from_str_radix(mask, 16).unwrap_or(0)
+    let mask = if cfg!(target_os = "linux") {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("SigIgn:").map(str::to_string)).unwrap_or_default()
+    } else {
+        let ps = Command::new("ps").args(["-o", "sigignore=", "-p", &pid.to_string()]).output().unwrap();
+        String::from_utf8_lossy(&ps.stdout).into_owned()
+    };
+    u64::from_str_radix(mask.trim(), 16).unwrap_or(0)
 }
 
 #[apply(integration_test!)]
@@ -49,4 +54,62 @@ async fn the_reaper_kills_the_groups_still_listed_when_the_server_goes_and_outli
     assert!(forgotten.try_wait().unwrap().is_none(), "a group the server had ended itself was killed");
     forgotten.kill().unwrap();
     forgotten.wait().unwrap();
+}
+
+/// A runner whose program rebinds `os._exit` (how the runner leaves when its channel closes) and sleeps through
+/// every exception still
+/// ends with a server that is killed without a chance to clean up: by the parent-death signal on Linux, by the
+/// reaper elsewhere.
+#[apply(integration_test!)]
+async fn a_runner_dies_with_a_killed_server_even_when_its_program_rebinds_os_exit() {
+    if sandbox_under_test() == "docker" {
+        skip("under docker a runner is a container (docker::no_container_is_left_when_the_server_is_stopped_mid_run)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_path = tmp.path().to_str().unwrap().to_string();
+    let mut ptc = Ptc::start_with_env(&config(&[], "  pool_size: 1\n"), &[("TMPDIR", &tmp_path)]).await;
+    let peer = ptc.client.peer().clone();
+    let run = tokio::spawn(async move {
+        let code = "import os, time\nos._exit = lambda *args: None\nos.nice(7)\n\
+                    while True:\n    try:\n        time.sleep(600)\n    except BaseException:\n        pass\n";
+        let arguments = serde_json::json!({ "code": code });
+        let params = rmcp::model::CallToolRequestParams::new("execute_program")
+            .with_arguments(arguments.as_object().cloned().unwrap());
+        peer.call_tool(params).await
+    });
+    // The program itself runs (not just its runner's start): it has lowered its priority, a mark that shows
+    // from outside every sandbox.
+    let started =
+        eventually(Duration::from_secs(30), || runners_under(tmp.path()).iter().any(|pid| nice(pid) == 7)).await;
+    assert!(started, "the program never ran: {:?}", runners(tmp.path()));
+    ptc.child.kill().await.unwrap(); // SIGKILL: no chance to clean up
+    let gone = eventually(Duration::from_secs(10), || runners(tmp.path()).is_empty()).await;
+    assert!(gone, "runners outlived their killed server: {:?}", runners(tmp.path()));
+    run.abort();
+}
+
+/// The runners whose HOME is below `tmp`, with their nice values: from /proc on Linux, from `ps` elsewhere.
+fn runners(tmp: &std::path::Path) -> Vec<(String, i64)> {
+    if cfg!(target_os = "linux") {
+        return runners_under(tmp).into_iter().map(|pid| (pid.clone(), nice(&pid))).collect();
+    }
+    let listing = Command::new("ps").args(["-axE", "-ww", "-o", "pid=,nice=,command="]).output().unwrap();
+    let needle = format!("HOME={}", tmp.display());
+    String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .filter(|line| line.contains(&needle) && !line.contains(" Z"))
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            Some((fields.next()?.to_string(), fields.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The nice value of process `pid` (field 19 of its stat; 0 if it cannot be read).
+fn nice(pid: &str) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces: fields are counted after its closing parenthesis.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after_name.split_whitespace().nth(16).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
