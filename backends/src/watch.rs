@@ -96,10 +96,10 @@ async fn watch(pid: libc::pid_t, watched: Watched, state: Arc<State>) {
             let measured = tokio::task::spawn_blocking(move || scratch_size(&dir, limit)).await;
             if let Ok(Err(past)) = measured {
                 let why = match past {
-                    PastLimit::Size => format!("its scratch directory passed the limit of {} MiB", limit >> 20),
+                    PastLimit::Size => format!("its scratch directory grew past {} MiB", limit >> 20),
                     PastLimit::Depth => format!("its scratch directory nests deeper than {MAX_DEPTH} directories"),
                 };
-                return end(&state, format!("{why} (execution.limits.scratch_mb)"));
+                return end(&state, format!("{why}, the limit execution.limits.scratch_mb sets"));
             }
         }
     }
@@ -271,7 +271,7 @@ mod tests {
         let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL));
-        assert_eq!(watch.passed(), Some("its memory passed the limit of 64 MiB (execution.limits.memory_mb)"));
+        assert_eq!(watch.passed(), Some("its memory grew past 64 MiB, the limit execution.limits.memory_mb sets"));
     }
 
     #[tokio::test]

@@ -1441,8 +1441,9 @@ escape_attempt!(
 );
 
 escape_attempt!(
-    /// 32 MiB files stay under the file-size rlimit: `none` does not limit scratch in total.
-    filling_the_disk_with_many_files_is_stopped, under none: Escapes, degraded: escapes,
+    /// 32 MiB files stay under the file-size rlimit; where scratch is a plain directory (`none`, `seatbelt`,
+    /// `landlock` degraded) the server measures it and ends the run past `scratch_mb`.
+    filling_the_disk_with_many_files_is_stopped, under none: Blocked,
     &format!("{FILL_SCRATCH}probe(fill_scratch, 32)")
 );
 
