@@ -89,7 +89,7 @@ async fn watch(pid: libc::pid_t, watched: Watched, state: Arc<State>) {
         {
             return end(
                 &state,
-                format!("its memory passed the limit of {} MiB (execution.limits.memory_mb)", limit >> 20),
+                format!("its memory grew past {} MiB, the limit execution.limits.memory_mb sets", limit >> 20),
             );
         }
         if let Some((dir, limit)) = watched.scratch.clone().filter(|_| ticks % scratch_every == 0) {
