@@ -32,9 +32,15 @@
 //! unchanged, an escape must have changed it. An attempt whose escape would reach beyond the test (renicing every
 //! process of the user) is not run under `none`, and says so.
 //!
+//! Attempts are OS-aware: raw syscalls (`syscall()`) use x86_64 Linux numbers and skip, with the reason, on any
+//! other system or machine; attempts on Linux-only or macOS-only interfaces say so (`[linux_only]`,
+//! `[macos_only]`) and skip elsewhere. Under `seatbelt` (macOS, run by `.github/workflows/macos.yml`, never on
+//! these machines) a few attempts get through by design, each with the reason (`[seatbelt_gap: …]`), as the
+//! README's sandbox table says.
+//!
 //! The landlock sandbox runs with namespaces, or degraded without them (`--check-sandbox landlock` says which;
 //! `PTC_TEST_LANDLOCK_MODE=namespaces|degraded` makes the other fail). Degraded mode has documented gaps (marked
-//! `degraded: escapes`): the existence of host files can be probed and scratch is not size-limited.
+//! `[escapes_degraded]`): the existence of host files can be probed.
 
 use crate::common::*;
 
@@ -60,16 +66,40 @@ enum UnderNone {
 }
 
 /// What an attempt must do in each sandbox: blocked by every real sandbox, except the documented gaps of the
-/// landlock sandbox's degraded mode (no namespaces: the existence of host files and processes, scratch size).
+/// landlock sandbox's degraded mode (no namespaces: the existence of host files and processes) and of seatbelt;
+/// and on which systems it can be made at all.
 #[derive(Clone, Copy, Debug)]
 struct Expect {
     none: UnderNone,
     escapes_degraded_landlock: bool,
+    /// What gets through under seatbelt by design, and why.
+    seatbelt_gap: Option<&'static str>,
+    /// The only system (`std::env::consts::OS`) whose interfaces the attempt uses.
+    only_on: Option<&'static str>,
 }
 
 impl From<UnderNone> for Expect {
     fn from(none: UnderNone) -> Expect {
-        Expect { none, escapes_degraded_landlock: false }
+        Expect { none, escapes_degraded_landlock: false, seatbelt_gap: None, only_on: None }
+    }
+}
+
+/// The flags of `escape_attempt!` (`[name]` or `[name: "why"]` after the expectation).
+impl Expect {
+    fn escapes_degraded(self) -> Expect {
+        Expect { escapes_degraded_landlock: true, ..self }
+    }
+
+    fn seatbelt_gap(self, why: &'static str) -> Expect {
+        Expect { seatbelt_gap: Some(why), ..self }
+    }
+
+    fn linux_only(self) -> Expect {
+        Expect { only_on: Some("linux"), ..self }
+    }
+
+    fn macos_only(self) -> Expect {
+        Expect { only_on: Some("macos"), ..self }
     }
 }
 
@@ -129,10 +159,10 @@ _libc = None
 
 
 def syscall(number, *args):
-    """A raw x86_64 system call: its result or OSError. ints go as longs, bytes as char *, None as NULL."""
+    """A raw x86_64 Linux system call: its result or OSError. ints go as longs, bytes as char *, None as NULL."""
     global _libc
-    if platform.machine() != 'x86_64':
-        raise Skip(f'the syscall numbers here are x86_64 ones, this is {platform.machine()}')
+    if sys.platform != 'linux' or platform.machine() != 'x86_64':
+        raise Skip(f'the syscall numbers here are x86_64 Linux ones, this is {sys.platform} on {platform.machine()}')
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.syscall.restype = ctypes.c_long
@@ -213,6 +243,10 @@ async fn attempt(name: &str, expect: impl Into<Expect>, code: &str) -> Option<Ou
 /// Runs one attempt and checks its verdict; `None` when it was skipped (the backend is unavailable, the attempt
 /// cannot be made here, or it is not run under `none`).
 async fn attempt_in(ptc: &Ptc, name: &str, expect: Expect, code: &str) -> Option<Outcome> {
+    if let Some(os) = expect.only_on.filter(|os| *os != std::env::consts::OS) {
+        skip(&format!("{name} uses interfaces of {os} only; this is {}", std::env::consts::OS));
+        return None;
+    }
     require_backend(ptc).await?;
     let sandbox = sandbox_under_test();
     if let ("none", UnderNone::NotRun(why)) = (sandbox.as_str(), expect.none) {
@@ -228,6 +262,7 @@ async fn attempt_in(ptc: &Ptc, name: &str, expect: Expect, code: &str) -> Option
         ("none", UnderNone::EscapesAsRoot | UnderNone::EscapesAsRootElseBySysctl) if as_root => Outcome::Escaped,
         ("none", UnderNone::EscapesAsRootElseBySysctl) => outcome,
         ("landlock", _) if expect.escapes_degraded_landlock && landlock_is_degraded() => Outcome::Escaped,
+        ("seatbelt", _) if expect.seatbelt_gap.is_some() => Outcome::Escaped,
         _ => Outcome::Blocked,
     };
     assert_eq!(
@@ -323,22 +358,16 @@ fn running_as_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// One test per attempt: `escape_attempt!(name, under none: Expectation, "python code")`; with
-/// `degraded: escapes` after the expectation, a documented gap of the landlock sandbox's degraded mode.
+/// One test per attempt: `escape_attempt!(name, under none: Expectation [flag]…, "python code")`, the flags
+/// being the methods of [`Expect`] that mark a documented gap (`[escapes_degraded]`, `[seatbelt_gap: "why"]`)
+/// or the one system an attempt applies to (`[linux_only]`, `[macos_only]`).
 macro_rules! escape_attempt {
-    ($(#[$doc:meta])* $name:ident, under none: $none:ident, degraded: escapes, $code:expr) => {
+    ($(#[$doc:meta])* $name:ident, under none: $none:ident $([$flag:ident $(: $why:literal)?])*, $code:expr) => {
         $(#[$doc])*
         #[apply(integration_test!)]
         async fn $name() {
-            let expect = Expect { none: UnderNone::$none, escapes_degraded_landlock: true };
+            let expect = Expect::from(UnderNone::$none)$(.$flag($($why)?))*;
             attempt(stringify!($name), expect, $code).await;
-        }
-    };
-    ($(#[$doc:meta])* $name:ident, under none: $none:ident, $code:expr) => {
-        $(#[$doc])*
-        #[apply(integration_test!)]
-        async fn $name() {
-            attempt(stringify!($name), UnderNone::$none, $code).await;
         }
     };
 }
@@ -382,7 +411,7 @@ def read(path):
     if not data:
         raise Blocked(f'{path} reads empty (masked)')
     return f'{len(data)} bytes'
-probe(read, '/etc/os-release', '/etc/hostname')
+probe(read, '/etc/os-release', '/etc/hostname', *(['/private/etc/hosts', '/private/etc/passwd'] if sys.platform == 'darwin' else []))
 "#);
 
 escape_attempt!(writing_into_tmp_is_blocked, under none: Escapes, r#"
@@ -396,7 +425,7 @@ probe(create_file_in, real_home())
 escape_attempt!(
     /// `stat` of host paths must fail exactly like `stat` of a path that does not exist (Landlock alone does not
     /// stop stat). Parents of the interpreter's files (e.g. /root for a pyenv in /root) are not asked about.
-    the_existence_of_host_files_cannot_be_probed, under none: Escapes, degraded: escapes, r#"
+    the_existence_of_host_files_cannot_be_probed, under none: Escapes [escapes_degraded], r#"
 def stat_result(path):
     try:
         os.stat(path)
@@ -405,7 +434,10 @@ def stat_result(path):
         return why(e)
 def existence():
     control = stat_result('/ptc-no-such-dir/no-such-file')
-    paths = ['/etc/shadow', '/etc/os-release', '/root', '/home', '/proc/1', '/var']
+    if sys.platform == 'darwin':  # /, /etc, /tmp, /var and the like are walkable by design (metadata only)
+        paths = ['/Users', '/Applications', '/Library/Keychains', '/private/var/root', '/etc/sudoers', '/usr/bin/sudo']
+    else:
+        paths = ['/etc/shadow', '/etc/os-release', '/root', '/home', '/proc/1', '/var']
     paths = [p for p in paths if p != f'/proc/{os.getpid()}']  # the program itself (docker: the runner is pid 1)
     leaks = {p: r for p in paths if not leads_to_our_files(p) and (r := stat_result(p)) != control}
     if not leaks:
@@ -418,7 +450,7 @@ escape_attempt!(
     /// Tolerated: parents of the interpreter's files and scratch, an /etc holding only what the dynamic loader
     /// and local time read, a user database naming only the program's own user, and files masked with /dev/null
     /// (a container runtime's), and a container's own /proc (no process but the program) and empty /sys.
-    listing_the_root_directory_shows_no_host_entries, under none: Escapes, r#"
+    listing_the_root_directory_shows_no_host_entries, under none: Escapes [seatbelt_gap: "the names in / are readable: dyld reads the root directory on macOS 26"], r#"
 import stat
 def etc_is_ours(name):
     path = os.path.join('/etc', name)
@@ -520,7 +552,11 @@ fn host_metadata(path: &std::path::Path) -> (u32, u32, u32, i64, i64, i64, Vec<S
     let meta = std::fs::symlink_metadata(path).unwrap();
     let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     let mut names = vec![0u8; 4096];
-    // SAFETY: listxattr into a buffer of the given size.
+    // SAFETY: listxattr into a buffer of the given size (macOS takes options too: none).
+    #[cfg(target_os = "macos")]
+    let len = unsafe { libc::listxattr(c_path.as_ptr(), names.as_mut_ptr().cast(), names.len(), 0) };
+    // SAFETY: as above.
+    #[cfg(not(target_os = "macos"))]
     let len = unsafe { libc::listxattr(c_path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
     names.truncate(len.max(0) as usize);
     let xattrs =
@@ -658,7 +694,7 @@ def run(program):
 probe(run, '/bin/true', sys.executable)
 "#);
 
-escape_attempt!(replacing_the_interpreter_with_execv_is_blocked, under none: Escapes, r#"
+escape_attempt!(replacing_the_interpreter_with_execv_is_blocked, under none: Escapes [seatbelt_gap: "the interpreter may execute itself: the same process, in the same sandbox"], r#"
 argv = exec_argv('execv replaced the runner')
 def execv(path):
     os.execv(path, argv)
@@ -668,7 +704,7 @@ probe(execv, sys.executable)
 escape_attempt!(
     /// A copy of the interpreter in a memfd, run with fexecve (glibc: execveat(fd, "", AT_EMPTY_PATH), or
     /// /proc/self/fd/N).
-    executing_a_memfd_is_blocked, under none: Escapes, r#"
+    executing_a_memfd_is_blocked, under none: Escapes [linux_only], r#"
 argv = exec_argv('fexecve of a memfd copy of the interpreter')
 def fexecve(path):
     fd = os.memfd_create('ptc-escape', 0)
@@ -741,7 +777,7 @@ def unix_socket():
 probe(unix_socket)
 "#);
 
-escape_attempt!(creating_a_netlink_socket_is_blocked, under none: Escapes, r#"
+escape_attempt!(creating_a_netlink_socket_is_blocked, under none: Escapes [linux_only], r#"
 import socket
 def netlink_socket():
     socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()  # NETLINK_ROUTE
@@ -751,7 +787,7 @@ probe(netlink_socket)
 
 escape_attempt!(
     /// Needs CAP_NET_RAW.
-    creating_a_packet_socket_is_blocked, under none: EscapesAsRoot, r#"
+    creating_a_packet_socket_is_blocked, under none: EscapesAsRoot [linux_only], r#"
 import socket
 def packet_socket():
     socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)).close()  # ETH_P_ALL
@@ -862,7 +898,7 @@ def prlimit(pid):
 probe(prlimit, os.getppid(), strict=True)
 "#);
 
-escape_attempt!(reading_the_servers_environment_is_blocked, under none: EscapesAsRoot, r#"
+escape_attempt!(reading_the_servers_environment_is_blocked, under none: EscapesAsRoot [linux_only], r#"
 def environ(pid):
     data = open(f'/proc/{other_process(pid)}/environ', 'rb').read()
     names = [v.split(b'=')[0].decode() for v in data.split(b'\0') if v]
@@ -870,7 +906,7 @@ def environ(pid):
 probe(environ, os.getppid())
 "#);
 
-escape_attempt!(reading_the_servers_memory_through_proc_is_blocked, under none: EscapesAsRoot, r#"
+escape_attempt!(reading_the_servers_memory_through_proc_is_blocked, under none: EscapesAsRoot [linux_only], r#"
 def proc_mem(pid):
     maps = open(f'/proc/{other_process(pid)}/maps').read().splitlines()
     start = next(int(line.split('-')[0], 16) for line in maps if line.split()[1].startswith('r'))
@@ -947,14 +983,15 @@ probe(find, *CALLS)
 "#,
         pid = host.pid()
     );
-    let expect = Expect { none: UnderNone::Escapes, escapes_degraded_landlock: true };
+    let expect = Expect::from(UnderNone::Escapes).escapes_degraded();
     attempt("host_processes_cannot_be_found_by_pid", expect, &code).await;
     assert!(is_running(host.pid()), "the host process must stay alive for the attempt to mean something");
 }
 
 /// setpriority and ioprio_set aimed at the caller's own user or process group (id 0) reach every process of the
 /// user, or of the group, that the caller can see; seccomp used to check only the id. Host evidence: the nice
-/// value and I/O priority of a host process of the server's user.
+/// value and I/O priority of a host process of the server's user. (I/O priorities are Linux's.)
+#[cfg(target_os = "linux")]
 #[apply(integration_test!)]
 async fn renicing_other_processes_is_blocked() {
     let host = HostProcess::sleeping();
@@ -1135,11 +1172,14 @@ probe(attach, {id})
 }
 
 /// A POSIX message queue of the host's, removed when dropped.
+/// POSIX message queues: Linux's (macOS has none).
+#[cfg(target_os = "linux")]
 struct HostQueue {
     name: std::ffi::CString,
     queue: libc::mqd_t,
 }
 
+#[cfg(target_os = "linux")]
 impl HostQueue {
     fn create() -> HostQueue {
         let name = std::ffi::CString::new(format!("/ptc-escape-probe-{}", fastrand::u64(..))).unwrap();
@@ -1159,6 +1199,7 @@ impl HostQueue {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl Drop for HostQueue {
     fn drop(&mut self) {
         // SAFETY: closes and removes the queue created above.
@@ -1171,6 +1212,7 @@ impl Drop for HostQueue {
 
 /// A POSIX message queue the test creates on the host: the program tries to open it by name and send to it.
 /// Host evidence: the number of messages in the queue.
+#[cfg(target_os = "linux")]
 #[apply(integration_test!)]
 async fn sending_to_a_host_message_queue_is_blocked() {
     let queue = HostQueue::create();
@@ -1398,6 +1440,169 @@ def foreign_fds():
     return 'also open: ' + ', '.join(found)
 probe(foreign_fds)
 "#;
+
+// ---------------------------------------------------------------------------------------------------------
+// macOS: what `(deny default)` does not cover there, and file operations only macOS has.
+
+escape_attempt!(
+    /// The process list (`kern.proc.all`), which also names the server and every downstream.
+    listing_every_process_with_sysctl_is_blocked, under none: Escapes [macos_only], r#"
+def process_list():
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = ctypes.c_size_t(0)
+    if libc.sysctlbyname(b'kern.proc.all', None, ctypes.byref(size), None, ctypes.c_size_t(0)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return f'the process list is readable ({size.value} bytes)'
+probe(process_list)
+"#);
+
+escape_attempt!(
+    /// Another process's arguments and environment (`KERN_PROCARGS2`): the server's, whose environment holds the
+    /// tokens of downstream servers.
+    reading_the_servers_arguments_and_environment_with_sysctl_is_blocked, under none: Escapes [macos_only], r#"
+def procargs(pid):
+    libc = ctypes.CDLL(None, use_errno=True)
+    mib = (ctypes.c_int * 3)(1, 49, other_process(pid))  # CTL_KERN, KERN_PROCARGS2
+    size = ctypes.c_size_t(1 << 16)
+    buffer = ctypes.create_string_buffer(size.value)
+    if libc.sysctl(mib, 3, buffer, ctypes.byref(size), None, ctypes.c_size_t(0)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return f'read {size.value} bytes of the arguments and environment of process {pid}'
+probe(procargs, os.getppid())
+"#);
+
+escape_attempt!(
+    /// Process ids and another process's information through libproc (`process-info*`, which `(deny default)`
+    /// does not cover).
+    listing_and_inspecting_processes_with_libproc_is_blocked, under none: Escapes [macos_only], r#"
+libc = ctypes.CDLL(None, use_errno=True)
+def list_pids():
+    count = libc.proc_listallpids(None, 0)
+    if count < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    if count <= 1:
+        raise Blocked(f'{count} process ids: only its own')
+    return f'{count} process ids'
+def bsd_info(pid):
+    buffer = ctypes.create_string_buffer(136)  # struct proc_bsdinfo
+    if libc.proc_pidinfo(other_process(pid), 3, ctypes.c_uint64(0), buffer, 136) <= 0:  # PROC_PIDTBSDINFO
+        code = ctypes.get_errno()
+        raise OSError(code or 1, os.strerror(code or 1))
+    return f'read the information of process {pid}'
+def either(what):
+    return list_pids() if what == 'pids' else bsd_info(os.getppid())
+probe(either, 'pids', 'info of the server')
+"#);
+
+/// IOKit and CoreFoundation through ctypes, for the two attempts below.
+const IOKIT: &str = r#"
+iokit = ctypes.CDLL('/System/Library/Frameworks/IOKit.framework/IOKit')
+cf = ctypes.CDLL('/System/Library/Frameworks/CoreFoundation.framework/CoreFoundation')
+iokit.IOServiceMatching.restype = ctypes.c_void_p
+iokit.IOServiceMatching.argtypes = [ctypes.c_char_p]
+iokit.IOServiceGetMatchingService.restype = ctypes.c_uint32
+iokit.IOServiceGetMatchingService.argtypes = [ctypes.c_uint32, ctypes.c_void_p]
+iokit.IORegistryEntryFromPath.restype = ctypes.c_uint32
+iokit.IORegistryEntryFromPath.argtypes = [ctypes.c_uint32, ctypes.c_char_p]
+iokit.IORegistryEntryCreateCFProperty.restype = ctypes.c_void_p
+iokit.IORegistryEntryCreateCFProperty.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
+iokit.IORegistryEntryCreateCFProperties.restype = ctypes.c_int
+iokit.IORegistryEntryCreateCFProperties.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_uint32]
+cf.CFStringCreateWithCString.restype = ctypes.c_void_p
+cf.CFStringCreateWithCString.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32]
+cf.CFDictionaryGetCount.restype = ctypes.c_long
+cf.CFDictionaryGetCount.argtypes = [ctypes.c_void_p]
+UTF8 = 0x08000100
+"#;
+
+escape_attempt!(
+    /// The Mac's serial number, an IOKit property (`iokit-get-properties`, which `(deny default)` does not cover).
+    reading_the_macs_serial_number_is_blocked, under none: Escapes [macos_only],
+    &format!("{IOKIT}{}", r#"
+def serial_number():
+    service = iokit.IOServiceGetMatchingService(0, iokit.IOServiceMatching(b'IOPlatformExpertDevice'))
+    if not service:
+        raise Blocked('the platform expert service cannot be found')
+    key = cf.CFStringCreateWithCString(None, b'IOPlatformSerialNumber', UTF8)
+    if not iokit.IORegistryEntryCreateCFProperty(service, key, None, 0):
+        raise Blocked('the serial number property cannot be read')
+    return 'read the serial number'
+probe(serial_number)
+"#)
+);
+
+escape_attempt!(
+    /// NVRAM variables (`nvram*`, which `(deny default)` does not cover).
+    reading_nvram_is_blocked, under none: Escapes [macos_only],
+    &format!("{IOKIT}{}", r#"
+def nvram():
+    options = iokit.IORegistryEntryFromPath(0, b'IODeviceTree:/options')
+    if not options:
+        raise Blocked('the NVRAM entry cannot be found')
+    properties = ctypes.c_void_p()
+    status = iokit.IORegistryEntryCreateCFProperties(options, ctypes.byref(properties), None, 0)
+    if status != 0 or not properties:
+        raise Blocked(f'IORegistryEntryCreateCFProperties returned {status:#x}')
+    count = cf.CFDictionaryGetCount(properties)
+    if count == 0:
+        raise Blocked('no variable is visible')
+    return f'read {count} NVRAM variables'
+probe(nvram)
+"#)
+);
+
+/// A file of the server's user outside scratch, on the same volume (hard links and clones cannot cross
+/// volumes): linked or cloned into scratch it would become readable there. Host evidence: the file's inode
+/// change time.
+#[apply(integration_test!)]
+async fn linking_or_cloning_a_host_file_into_scratch_is_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "a secret of the user's").unwrap();
+    let code = format!(
+        r#"
+SECRET = {secret}
+def link():
+    os.link(SECRET, 'linked')
+    data = open('linked', 'rb').read()
+    os.remove('linked')
+    return f'linked; read {{len(data)}} bytes'
+def clone():
+    if sys.platform != 'darwin':
+        raise Skip('clonefile is macOS')
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.clonefile(SECRET.encode(), b'cloned', 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    data = open('cloned', 'rb').read()
+    os.remove('cloned')
+    return f'cloned; read {{len(data)}} bytes'
+probe(lambda how: link() if how == 'link' else clone(), 'link', *(['clone'] if sys.platform == 'darwin' else []))
+"#,
+        secret = py_str(&secret)
+    );
+    use std::os::unix::fs::MetadataExt;
+    // A link (made and removed) shows in the file's inode change time.
+    let changed = || std::fs::metadata(&secret).map(|m| (m.ctime(), m.ctime_nsec())).unwrap();
+    let name = "linking_or_cloning_a_host_file_into_scratch_is_blocked";
+    attempt_with_evidence(name, UnderNone::Escapes, &code, changed).await;
+}
+
+escape_attempt!(
+    /// An immutable flag on a scratch file would make scratch undeletable by the server (`file-write-flags`).
+    setting_file_flags_in_scratch_is_blocked, under none: Escapes [macos_only], r#"
+import stat
+def immutable():
+    open('flagged', 'w').close()
+    os.chflags('flagged', stat.UF_IMMUTABLE)
+    os.chflags('flagged', 0)
+    os.remove('flagged')
+    return 'set (and cleared) UF_IMMUTABLE on a scratch file'
+probe(immutable)
+"#);
 
 // ---------------------------------------------------------------------------------------------------------
 // Resource exhaustion.

@@ -30,9 +30,16 @@ macro_rules! integration_test {
     ($(#[$attr:meta])* async fn $name:ident() $body:block) => {
         $(#[$attr])*
         async fn $name() $body
-        inventory::submit! {
-            $crate::harness::Case { path: concat!(module_path!(), "::", stringify!($name)), run: || Box::pin($name()) }
-        }
+        // The test's attributes hold for its registration too: a `cfg` leaves out both.
+        $(#[$attr])*
+        const _: () = {
+            inventory::submit! {
+                $crate::harness::Case {
+                    path: concat!(module_path!(), "::", stringify!($name)),
+                    run: || Box::pin($name()),
+                }
+            }
+        };
     };
 }
 
