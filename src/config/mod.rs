@@ -164,7 +164,7 @@ pub struct ExecutionConfig {
     /// The `docker` backend: engine, image and container limits.
     pub docker: DockerSettings,
     /// Run programs in the landlock sandbox's degraded mode (no user namespaces: programs can learn which host
-    /// files exist, and scratch is not size-limited). Off: such a machine refuses programs and says why.
+    /// files exist). Off: such a machine refuses programs and says why.
     pub allow_degraded: bool,
     /// Check the program's tool calls before it runs (unknown tools and arguments, literal values, calls
     /// never awaited); any finding and nothing runs.

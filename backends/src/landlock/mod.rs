@@ -39,8 +39,7 @@ pub struct LandlockBackend {
 }
 
 /// What degraded mode lacks.
-const DEGRADED_MISSING: &str = "user namespaces: programs can learn which host files and processes exist, and \
-                                scratch is not size-limited";
+const DEGRADED_MISSING: &str = "user namespaces: programs can learn which host files and processes exist";
 /// How to get full mode back.
 const DEGRADED_FIX: &str = "enable unprivileged user namespaces (sysctls user.max_user_namespaces, \
                             kernel.unprivileged_userns_clone, or Ubuntu's kernel.apparmor_restrict_unprivileged_userns)";
