@@ -153,5 +153,5 @@ async fn check_sandbox_prints_what_the_mode_guarantees() {
     assert!(lines[0].starts_with("none: available: NO OS ISOLATION"), "{stdout}");
     assert_eq!(lines[1], "what it guarantees here (none, README \"Sandboxes\"):");
     assert!(lines.contains(&"  network: all your user has"), "{stdout}");
-    assert!(lines.contains(&"  scratch size: not limited (only each file's size)"), "{stdout}");
+    assert!(lines.contains(&"  scratch size: scratch_mb, measured by the server"), "{stdout}");
 }

@@ -58,40 +58,48 @@ impl LandlockBackend {
         request: &SpawnRequest,
         allow_degraded: bool,
     ) -> Result<RunnerProcess, SpawnError> {
-        let run_dir = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
-        let scratch = run_dir.path().join("scratch");
-        std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
-        // Without namespaces scratch is a plain directory (with them, a size-limited tmpfs the server never
-        // sees, and this watch measures an empty directory).
-        let watched = Watched { memory_bytes: None, scratch: Some((scratch.clone(), request.limits.scratch_mb << 20)) };
-        // The scratch tmpfs is memory too, charged to the run's cgroup.
-        let cgroup_memory = request.limits.memory_bytes().saturating_add(request.limits.scratch_mb << 20);
-        let group = RunGroup::for_run(&request.limits, cgroup_memory);
-        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-        let mut policy = plan(
-            PlanRequest {
-                python,
-                scratch,
-                args,
-                limits: request.limits.clone(),
-                cpu_seconds: rlimits::cpu_seconds(request.timeout),
-                allow_degraded,
-            },
-            &inspect,
-        );
-        #[cfg(target_os = "linux")]
-        {
-            policy.cgroup = group.cgroup().map(|c| policy::Cgroup {
-                dir: c.dir().to_path_buf(),
-                bounds_tasks: c.bounds_tasks,
-                bounds_memory: c.bounds_memory,
-            });
-        }
+        // The run's directories, its cgroup and the policy's look at the interpreter's paths are file system
+        // work: off the runtime's thread.
+        let (python, limits, timeout) = (python.clone(), request.limits.clone(), request.timeout);
+        let prepared = tokio::task::spawn_blocking(move || prepare(&python, args, limits, timeout, allow_degraded));
+        let (run_dir, watched, group, policy) =
+            prepared.await.map_err(|e| SpawnError::Scratch(std::io::Error::other(e)))??;
         let child = crate::spawner::spawn(helper_command(&self.helper, &policy)?)
             .await
             .map_err(|source| SpawnError::Start { program: self.helper.display().to_string(), source })?;
         host_runner(child, run_dir, group, watched)
     }
+}
+
+/// A run's directories, what the server watches, its cgroup and the helper's policy.
+fn prepare(
+    python: &Python,
+    args: Vec<String>,
+    limits: crate::Limits,
+    timeout: Duration,
+    allow_degraded: bool,
+) -> Result<(tempfile::TempDir, Watched, RunGroup, Policy), SpawnError> {
+    let run_dir = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
+    let scratch = run_dir.path().join("scratch");
+    std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
+    // Without namespaces scratch is a plain directory (with them, a size-limited tmpfs the server never sees,
+    // and this watch measures an empty directory).
+    let watched = Watched { memory_bytes: None, scratch: Some((scratch.clone(), limits.scratch_mb << 20)) };
+    // The scratch tmpfs is memory too, charged to the run's cgroup.
+    let cgroup_memory = limits.memory_bytes().saturating_add(limits.scratch_mb << 20);
+    let group = RunGroup::for_run(&limits, cgroup_memory);
+    let cpu_seconds = rlimits::cpu_seconds(timeout);
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+    let mut policy = plan(PlanRequest { python, scratch, args, limits, cpu_seconds, allow_degraded }, &inspect);
+    #[cfg(target_os = "linux")]
+    {
+        policy.cgroup = group.cgroup().map(|c| policy::Cgroup {
+            dir: c.dir().to_path_buf(),
+            bounds_tasks: c.bounds_tasks,
+            bounds_memory: c.bounds_memory,
+        });
+    }
+    Ok((run_dir, watched, group, policy))
 }
 
 fn helper_command(helper: &Path, policy: &Policy) -> Result<Command, SpawnError> {
