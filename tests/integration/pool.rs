@@ -139,13 +139,17 @@ async fn a_ready_runner_that_died_is_replaced_not_handed_out() {
     ptc.execute("print('warm')").await.expect_ok();
     let ready = eventually(Duration::from_secs(30), || runners_under(tmp.path()).len() == 2).await;
     assert!(ready, "two ready runners: {:?}", runners_under(tmp.path()));
-    let killed = runners_under(tmp.path());
-    for pid in &killed {
+    let interpreters: Vec<i32> = runners_under(tmp.path()).iter().map(|pid| pid.parse().unwrap()).collect();
+    // A runner is the interpreter, or (landlock) the helper that waits for it and ends after it: both must have
+    // ended before the next run asks for one (one dying at the very moment it is handed out is a crash like any).
+    let server = ptc.child.id().unwrap() as i32;
+    let helpers = interpreters.iter().filter_map(|&pid| parent_of(pid)).filter(|&parent| parent != server);
+    let killed: Vec<i32> = interpreters.iter().copied().chain(helpers).collect();
+    for &pid in &interpreters {
         // SAFETY: killing a runner process of the server under test.
-        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-    // Ended before the next run asks for one (one dying at the very moment it is handed out is a crash like any).
-    let dead = eventually(Duration::from_secs(30), || killed.iter().all(|pid| has_ended(pid.parse().unwrap()))).await;
+    let dead = eventually(Duration::from_secs(30), || killed.iter().all(|&pid| has_ended(pid))).await;
     assert!(dead, "the killed runners are gone");
     for _ in 0..3 {
         let run = ptc.execute("print('fine')").await;
@@ -171,4 +175,10 @@ async fn the_pool_grows_to_the_recent_number_of_concurrent_programs() {
     // After a burst of 6, 6 runners are kept ready for the next one.
     let grown = eventually(Duration::from_secs(60), || runners_under(tmp.path()).len() == 6).await;
     assert!(grown, "the pool did not grow to 6: {:?}", runners_under(tmp.path()));
+}
+
+/// The parent of process `pid`, if it can be read.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
