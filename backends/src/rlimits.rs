@@ -27,7 +27,7 @@ pub enum MemoryBound {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Os {
     Linux,
-    MacOs,
+    Mac,
     Other,
 }
 
@@ -35,7 +35,7 @@ impl Os {
     pub const CURRENT: Os = if cfg!(target_os = "linux") {
         Os::Linux
     } else if cfg!(target_os = "macos") {
-        Os::MacOs
+        Os::Mac
     } else {
         Os::Other
     };
@@ -49,7 +49,7 @@ impl MemoryBound {
     pub fn for_host(os: Os, cgroup_bounds_memory: bool) -> MemoryBound {
         match (cgroup_bounds_memory, os) {
             (true, _) => MemoryBound::Cgroup,
-            (false, Os::MacOs) => MemoryBound::Watch,
+            (false, Os::Mac) => MemoryBound::Watch,
             (false, _) => MemoryBound::Rlimits,
         }
     }
@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn macos_gets_no_memory_rlimit_and_a_watch_instead() {
-        assert_eq!(MemoryBound::for_host(Os::MacOs, false), MemoryBound::Watch);
+        assert_eq!(MemoryBound::for_host(Os::Mac, false), MemoryBound::Watch);
         assert_eq!(MemoryBound::for_host(Os::Linux, false), MemoryBound::Rlimits);
         assert_eq!(MemoryBound::for_host(Os::Linux, true), MemoryBound::Cgroup);
         let watched = for_run(&Limits::default(), 10, MemoryBound::Watch);

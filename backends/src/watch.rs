@@ -92,7 +92,7 @@ async fn watch(pid: libc::pid_t, watched: Watched, state: Arc<State>) {
                 format!("its memory grew past {} MiB, the limit execution.limits.memory_mb sets", limit >> 20),
             );
         }
-        if let Some((dir, limit)) = watched.scratch.clone().filter(|_| ticks % scratch_every == 0) {
+        if let Some((dir, limit)) = watched.scratch.clone().filter(|_| ticks.is_multiple_of(scratch_every)) {
             let measured = tokio::task::spawn_blocking(move || scratch_size(&dir, limit)).await;
             if let Ok(Err(past)) = measured {
                 let why = match past {

@@ -79,7 +79,7 @@ fn parse(stdout: &[u8]) -> Option<Vec<PathBuf>> {
 }
 
 fn hex(line: &str) -> Option<Vec<u8>> {
-    if line.len() % 2 != 0 {
+    if !line.len().is_multiple_of(2) {
         return None;
     }
     (0..line.len()).step_by(2).map(|i| u8::from_str_radix(line.get(i..i + 2)?, 16).ok()).collect()
