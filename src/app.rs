@@ -67,6 +67,9 @@ impl App {
             tracing::warn!("runs and sandboxes were not all cleaned up within {}s", SHUTDOWN_GRACE.as_secs());
         }
         self.registry.shutdown().await;
+        if let Some(audit) = &self.audit {
+            audit.flush().await;
+        }
     }
 }
 
