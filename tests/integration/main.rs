@@ -21,6 +21,7 @@ mod http;
 mod pool;
 mod progress;
 mod registry;
+mod scratch;
 mod shell;
 mod show;
 mod thirdparty;
