@@ -250,7 +250,10 @@ mod tests {
         audit.append(&Line("one"));
         audit.append(&Line("two"));
         audit.flush().await;
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"line\":\"one\",\"code\":true}\n{\"line\":\"two\",\"code\":true}\n");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"line\":\"one\",\"code\":true}\n{\"line\":\"two\",\"code\":true}\n"
+        );
         assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
     }
 
@@ -262,7 +265,10 @@ mod tests {
         let link = dir.path().join("audit.jsonl");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         let error = refusal(&link);
-        assert!(error.starts_with(&format!("logging.audit_file: {}: it is a symbolic link", link.display())), "{error}");
+        assert!(
+            error.starts_with(&format!("logging.audit_file: {}: it is a symbolic link", link.display())),
+            "{error}"
+        );
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "secret\n");
         std::os::unix::fs::symlink(dir.path().join("missing"), dir.path().join("dangling")).unwrap();
         assert!(refusal(&dir.path().join("dangling")).contains("symbolic link"));

@@ -144,7 +144,11 @@ async fn run_once(config_text: &str, code: &str, limit_file_size: Option<u64>) -
             command.pre_exec(move || {
                 libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
                 let limit = libc::rlimit { rlim_cur: bytes, rlim_max: libc::RLIM_INFINITY };
-                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
             });
         }
     }
@@ -204,10 +208,7 @@ async fn another_users_symlink_as_the_audit_file_is_refused_at_start_and_its_tar
     let out = run_once(&audited_config(&audit, false), "print('hello')", None).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&format!("logging.audit_file: {}: it is a symbolic link", audit.display())),
-        "{stderr}"
-    );
+    assert!(stderr.contains(&format!("logging.audit_file: {}: it is a symbolic link", audit.display())), "{stderr}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's own\n");
 }
 
