@@ -24,6 +24,7 @@ mod registry;
 mod scratch;
 mod shell;
 mod show;
+mod shutdown;
 mod thirdparty;
 mod transports;
 
