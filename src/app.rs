@@ -71,6 +71,8 @@ impl App {
     /// that nothing outlives the process, and writes the audit file's last lines; all within `limit` (at
     /// most [`SHUTDOWN_LIMIT`], less what the caller keeps for itself).
     pub async fn shutdown(&self, limit: Duration) {
+        crate::stop::exit_at_next_signal();
+        tracing::debug!("shutting down within {limit:?}");
         let deadline = tokio::time::Instant::now() + limit;
         let runs_limit = limit.saturating_sub(DOWNSTREAM_SHARE);
         if tokio::time::timeout(runs_limit, self.engine.shutdown()).await.is_err() {

@@ -43,7 +43,7 @@ async fn with_app(config: &Config, command: impl AsyncFnOnce(&App, &Cancellation
     tokio::pin!(command);
     let status = tokio::select! {
         status = &mut command => status,
-        () = crate::serve::stop_requested() => {
+        () = crate::stop::requested() => {
             stop.cancel();
             command.await
         }

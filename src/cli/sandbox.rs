@@ -33,8 +33,9 @@ pub async fn check_sandbox(sandbox: &str, config: &Config) -> u8 {
             print_out(&report(kind, &availability));
             if availability.is_usable() { SUCCESS } else { FAILURE }
         }
-        () = crate::serve::stop_requested() => INTERRUPTED,
+        () = crate::stop::requested() => INTERRUPTED,
     };
+    crate::stop::exit_at_next_signal();
     if tokio::time::timeout(SHUTDOWN_LIMIT, backend.shutdown()).await.is_err() {
         tracing::warn!("the sandbox was not cleaned up within {}s", SHUTDOWN_LIMIT.as_secs());
     }

@@ -13,41 +13,8 @@ pub use stdio::serve_stdio;
 use crate::app::App;
 use crate::audit::AuditLog;
 use crate::config::{Config, ConfigSource};
-
-/// Resolves on SIGTERM or SIGINT. From then on, another of either ends the process at once (status 128 +
-/// the signal's number): a shutdown can always be cut short, and what it had not cleaned up yet goes as when
-/// the server is killed.
-pub async fn stop_requested() {
-    let Some(mut signals) = StopSignals::listen() else { return std::future::pending().await };
-    let first = signals.next().await;
-    tracing::info!("stopping (signal {first}); another SIGTERM or SIGINT ends the process at once");
-    tokio::spawn(async move {
-        let signal = signals.next().await;
-        crate::cli::print_err(&format!("ptc-mcp: stopping at once (signal {signal} during the shutdown)\n"));
-        std::process::exit(128 + signal);
-    });
-}
-
-/// SIGTERM and SIGINT, as they come.
-struct StopSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl StopSignals {
-    fn listen() -> Option<StopSignals> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Some(StopSignals { term: signal(SignalKind::terminate()).ok()?, int: signal(SignalKind::interrupt()).ok()? })
-    }
-
-    /// The number of the next one.
-    async fn next(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.int.recv() => libc::SIGINT,
-        }
-    }
-}
+/// Resolves on SIGTERM or SIGINT (see [`crate::stop`]).
+use crate::stop::requested as stop_requested;
 
 /// Reopens the audit file on every SIGHUP (log rotation), while the process runs.
 fn reopen_on_hangup(audit: Option<Arc<AuditLog>>) {

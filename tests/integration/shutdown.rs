@@ -41,7 +41,7 @@ fn stubborn_config(dir: &Path) -> String {
 
 /// Starts ptc-mcp on [`stubborn_config`] and a run that hangs, and returns once the run is under way.
 async fn hung_server(dir: &Path) -> Ptc {
-    let ptc = Ptc::start_logging(&stubborn_config(dir), &[], Some("info")).await;
+    let ptc = Ptc::start_logging(&stubborn_config(dir), &[], Some("info,ptc_mcp::app=debug")).await;
     let connected = |names: &[String]| names.iter().any(|name| name == "mcp__stubborn__echo");
     assert!(connected(&ptc.wait_for_tools(Duration::from_secs(60), connected).await), "{}", ptc.log());
     let peer = ptc.client.peer().clone();
@@ -88,6 +88,24 @@ async fn a_second_signal_ends_the_shutdown_at_once() {
     assert!(took < Duration::from_secs(2), "the second signal took {took:?} to end it\n{}", ptc.log());
     assert_eq!(status.code(), Some(128 + libc::SIGINT), "{}", ptc.log());
     assert!(stopping, "{}", ptc.log());
+}
+
+#[apply(integration_test!)]
+async fn a_signal_during_a_shutdown_begun_by_stdin_closing_ends_it_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let Ptc { client, mut child, dir: logs } = hung_server(dir.path()).await;
+    drop(client.cancel().await);
+    let log = || std::fs::read_to_string(logs.path().join("ptc.log")).unwrap_or_default();
+    // The server says when its shutdown begins (checked below, after what matters).
+    let shutting_down = eventually(Duration::from_secs(5), || log().contains("shutting down within")).await;
+    let asked = Instant::now();
+    // SAFETY: kill with the pid of a child we own.
+    assert_eq!(unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await.expect("it exits").unwrap();
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(2), "the signal took {took:?} to end it\n{}", log());
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{}", log());
+    assert!(shutting_down, "{}", log());
 }
 
 const TOKEN: &str = "shutdown-test-token";
