@@ -13,7 +13,6 @@ pub use stdio::serve_stdio;
 use crate::app::App;
 use crate::audit::AuditLog;
 use crate::config::{Config, ConfigSource};
-/// Resolves on SIGTERM or SIGINT (see [`crate::stop`]).
 use crate::stop::requested as stop_requested;
 
 /// Reopens the audit file on every SIGHUP (log rotation), while the process runs.
