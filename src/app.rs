@@ -1,5 +1,6 @@
 //! What every command starts from the config: the registry of downstream servers, the audit file and the
-//! engine that runs programs, and how they stop (runs and sandboxes first, then the downstream servers).
+//! engine that runs programs, and how they stop (runs and sandboxes first, then the downstream servers, then
+//! the audit file's last lines), all within [`SHUTDOWN_LIMIT`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,14 @@ use crate::config::Config;
 use crate::engine::{ConfirmPolicy, Engine};
 use crate::registry::Registry;
 
-/// How long the sandbox backend may take to clean up when the server stops.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// The longest a shutdown takes, from the request to stop (a signal, stdin closed, a command done) to the
+/// process's exit.
+pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
+/// The part of a shutdown kept for the downstream servers, which stop within about 3 s (stdin closed, then
+/// SIGTERM, then SIGKILL), and for the audit file's last lines. The runs and the sandbox get the rest: what
+/// they have not cleaned up by then goes as it does when the server is killed (runners by the parent-death
+/// signal, containers when their stdin closes, scratch directories at the next server's sweep).
+const DOWNSTREAM_SHARE: Duration = Duration::from_secs(4);
 /// Beyond a server's own connect timeout, how long a command waits for its first attempt to be settled.
 const SETTLE_MARGIN: Duration = Duration::from_secs(2);
 
@@ -61,12 +68,25 @@ impl App {
     }
 
     /// Stops runs under way and cleans up after them and the sandbox, then stops the downstream servers, so
-    /// that nothing outlives the process.
-    pub async fn shutdown(&self) {
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.engine.shutdown()).await.is_err() {
-            tracing::warn!("runs and sandboxes were not all cleaned up within {}s", SHUTDOWN_GRACE.as_secs());
+    /// that nothing outlives the process, and writes the audit file's last lines; all within `limit` (at
+    /// most [`SHUTDOWN_LIMIT`], less what the caller keeps for itself).
+    pub async fn shutdown(&self, limit: Duration) {
+        crate::stop::exit_at_next_signal();
+        tracing::debug!("shutting down within {limit:?}");
+        let deadline = tokio::time::Instant::now() + limit;
+        let runs_limit = limit.saturating_sub(DOWNSTREAM_SHARE);
+        if tokio::time::timeout(runs_limit, self.engine.shutdown()).await.is_err() {
+            tracing::warn!(
+                "runs and sandboxes were not all cleaned up within {:.1}s; leaving the rest",
+                runs_limit.as_secs_f64()
+            );
         }
         self.registry.shutdown().await;
+        if let Some(audit) = &self.audit
+            && tokio::time::timeout_at(deadline, audit.flush()).await.is_err()
+        {
+            tracing::warn!("the audit file's last lines were not written within the shutdown's {limit:?}");
+        }
     }
 }
 

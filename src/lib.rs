@@ -19,3 +19,4 @@ pub mod search;
 pub mod serve;
 pub mod server;
 pub mod signatures;
+pub mod stop;

@@ -4,8 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ptc_backends::{SandboxKind, guarantees};
-use ptc_mcp::cli::{self, CONFIG_ERROR, ToolsArgs};
+use ptc_mcp::cli::{self, CONFIG_ERROR, ToolsArgs, print_err};
 use ptc_mcp::config::Config;
 use ptc_mcp::serve;
 
@@ -40,7 +39,8 @@ enum Command {
         http: Option<std::net::SocketAddr>,
     },
     /// Validate the config, probe the sandbox and connect every server (waiting up to its
-    /// connect_timeout_seconds); print one row per server. Exit status 0 only when all is well, else 1.
+    /// connect_timeout_seconds); print one row per server. Exit status 0 only when all is well, else 1 (130
+    /// when stopped by Ctrl-C or SIGTERM).
     Check,
     /// List the tools programs can call, one name a line (servers that are missing are named on stderr).
     Tools {
@@ -55,7 +55,8 @@ enum Command {
         json: bool,
     },
     /// Run one program (a file, or - for stdin) through the same engine and sandbox as execute_program and
-    /// print exactly its text. Exit status 0 on success, 1 when the run failed, 2 on a config or sandbox error.
+    /// print exactly its text. Exit status 0 on success, 1 when the run failed (Ctrl-C or SIGTERM stops it), 2
+    /// on a config or sandbox error.
     Run {
         #[arg(value_name = "FILE|-")]
         file: PathBuf,
@@ -79,7 +80,7 @@ fn main() -> ExitCode {
     let (config, source) = match Config::load(cli.config.as_deref()) {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("ptc-mcp: {e}");
+            print_err(&format!("ptc-mcp: {e}\n"));
             return ExitCode::from(CONFIG_ERROR);
         }
     };
@@ -87,12 +88,12 @@ fn main() -> ExitCode {
     let runtime = match runtime_for(cli.command.as_ref()) {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("ptc-mcp: cannot start the async runtime: {e}");
+            print_err(&format!("ptc-mcp: cannot start the async runtime: {e}\n"));
             return ExitCode::FAILURE;
         }
     };
     if let Some(sandbox) = cli.check_sandbox {
-        return ExitCode::from(runtime.block_on(check_sandbox(&sandbox, &config)));
+        return ExitCode::from(runtime.block_on(cli::check_sandbox(&sandbox, &config)));
     }
     let code = runtime.block_on(async {
         match cli.command {
@@ -103,10 +104,7 @@ fn main() -> ExitCode {
                 cli::tools(&config, &ToolsArgs { query, signatures, json }).await
             }
             Some(Command::Run { file }) => cli::run(&config, &file).await,
-            Some(Command::SandboxProfile { sandbox }) => match parse_sandbox(&sandbox) {
-                Some(kind) => cli::sandbox_profile(kind, &config).await,
-                None => CONFIG_ERROR,
-            },
+            Some(Command::SandboxProfile { sandbox }) => cli::sandbox_profile(&sandbox, &config).await,
         }
     });
     // A pending read of stdin cannot be cancelled, so leave without waiting for the runtime to wind down.
@@ -123,43 +121,6 @@ fn runtime_for(command: Option<&Command>) -> std::io::Result<tokio::runtime::Run
         Some(Command::Serve { http: Some(_) }) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
         _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
     }
-}
-
-/// A sandbox named on the command line, or `None` after saying which names there are.
-fn parse_sandbox(sandbox: &str) -> Option<SandboxKind> {
-    let kind = serde_yaml_ng::from_str(sandbox).ok();
-    if kind.is_none() {
-        eprintln!("ptc-mcp: unknown sandbox '{sandbox}'; expected auto, seatbelt, landlock, docker or none");
-    }
-    kind
-}
-
-/// `--check-sandbox`: probe one backend and report.
-async fn check_sandbox(sandbox: &str, config: &Config) -> u8 {
-    let Some(kind) = parse_sandbox(sandbox) else { return CONFIG_ERROR };
-    let settings = match ptc_mcp::app::backend_settings(config) {
-        Ok(settings) => settings,
-        Err(e) => {
-            eprintln!("ptc-mcp: {e}");
-            return cli::FAILURE;
-        }
-    };
-    let availability = ptc_backends::select(kind, &settings).probe().await;
-    let mut report = format!("{}: {}\n", kind.resolve_auto(), availability.describe());
-    if let Some(mode) = guarantees::mode_of(kind, &availability) {
-        let what = if availability.is_usable() {
-            "what it guarantees here"
-        } else {
-            "what it would guarantee with execution.allow_degraded: true"
-        };
-        report.push_str(&format!("{what} ({}, README \"Sandboxes\"):\n", guarantees::name(mode).replace('`', "")));
-        for line in guarantees::lines(mode) {
-            report.push_str(&format!("  {}\n", line.replace('`', "")));
-        }
-    }
-    // A reader that stopped early (`| head -1`) is no error of ours.
-    let _ = std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes());
-    if availability.is_usable() { cli::SUCCESS } else { cli::FAILURE }
 }
 
 fn init_logging() {

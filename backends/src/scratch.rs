@@ -2,11 +2,18 @@
 //! system's temp directory, locked by the server for its life. A server that is killed cannot remove its runs'
 //! directories (and a program may have filled one), so each server, when it starts its first run, removes
 //! the directories of servers that are gone: those whose lock nobody holds.
+//!
+//! Every directory is created 0700: under `none` the runner writes in it as this user, and nobody else may
+//! read a run's files. The temp directory is shared with other users, so the sweep opens nothing but a
+//! directory or regular file of this user's, never through a symlink and never waiting (a FIFO planted as a
+//! lock would otherwise hold it for good).
 
-use std::fs::File;
+use std::ffi::CStr;
+use std::fs::{File, OpenOptions, Permissions};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -43,7 +50,11 @@ pub(crate) fn run_dir() -> io::Result<TempDir> {
             unset.insert(created)
         }
     };
-    tempfile::Builder::new().prefix("ptc-run-").tempdir_in(server.dir.path())
+    tempfile::Builder::new().prefix("ptc-run-").permissions(owner_only()).tempdir_in(server.dir.path())
+}
+
+fn owner_only() -> Permissions {
+    Permissions::from_mode(0o700)
 }
 
 /// The path a run's scratch directory would have, with placeholders where a real one has random characters
@@ -59,11 +70,11 @@ pub(crate) fn release() {
 
 impl ServerDir {
     fn create() -> io::Result<ServerDir> {
-        let dir = tempfile::Builder::new().prefix(SERVER_DIR_PREFIX).tempdir()?;
+        let dir = tempfile::Builder::new().prefix(SERVER_DIR_PREFIX).permissions(owner_only()).tempdir()?;
         // Locked under another name first: a sweep never finds the lock file free while the server starts.
         // std opens files close-on-exec: no runner inherits the lock and keeps it past the server.
         let unnamed = dir.path().join(".lock");
-        let lock = File::create(&unnamed)?;
+        let lock = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&unnamed)?;
         if !try_lock(&lock)? {
             return Err(io::Error::other("the new scratch directory's lock is held by someone else"));
         }
@@ -76,19 +87,17 @@ impl ServerDir {
 /// never `own`.
 fn sweep(temp: &Path, own: &Path) {
     let Ok(entries) = std::fs::read_dir(temp) else { return };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
     for entry in entries.flatten() {
         let path = entry.path();
+        // (Only a server's name is looked at further: the temp directory may hold many thousands of entries.)
         let a_servers = entry.file_name().to_str().is_some_and(|name| name.starts_with(SERVER_DIR_PREFIX));
-        // Not a symlink, and this user's: in a sticky temp directory nobody else can swap it meanwhile. (Looked
-        // at only for a server's name: the temp directory may hold many thousands of other entries.)
-        let mine = || std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
-        if !a_servers || path == own || !mine() {
+        if !a_servers || path == own {
             continue;
         }
-        // A directory without its lock is a server that is starting: left alone.
-        let Ok(lock) = File::open(path.join(LOCK_FILE)) else { continue };
+        // This user's directory, and in it this user's lock file. (In a sticky temp directory nobody else can
+        // swap the directory meanwhile.) A directory without its lock is a server that is starting: left alone.
+        let Some(dir) = open_own(libc::AT_FDCWD, path.as_os_str().as_bytes(), Kind::Directory) else { continue };
+        let Some(lock) = open_own(dir.as_raw_fd(), LOCK_FILE.as_bytes(), Kind::File) else { continue };
         if try_lock(&lock).unwrap_or(false) {
             match std::fs::remove_dir_all(&path) {
                 Ok(()) => tracing::info!(dir = %path.display(), "removed the scratch of a server that is gone"),
@@ -96,6 +105,36 @@ fn sweep(temp: &Path, own: &Path) {
             }
         }
     }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Directory,
+    File,
+}
+
+/// Opens `name` (relative to the directory `at`, or a path with `AT_FDCWD`) for reading if it is a `kind`
+/// owned by this user: never through a symlink, and without waiting (a FIFO opens at once, then is refused).
+fn open_own(at: RawFd, name: &[u8], kind: Kind) -> Option<File> {
+    let mut name = name.to_vec();
+    name.push(0);
+    let name = CStr::from_bytes_with_nul(&name).ok()?;
+    let directory = if kind == Kind::Directory { libc::O_DIRECTORY } else { 0 };
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | directory;
+    // SAFETY: openat with a NUL-terminated name and a directory fd the caller keeps open (or AT_FDCWD).
+    let fd = unsafe { libc::openat(at, name.as_ptr(), flags) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh fd that nothing else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let metadata = file.metadata().ok()?;
+    let right_kind = match kind {
+        Kind::Directory => metadata.is_dir(),
+        Kind::File => metadata.is_file(),
+    };
+    // SAFETY: geteuid has no preconditions.
+    (right_kind && metadata.uid() == unsafe { libc::geteuid() }).then_some(file)
 }
 
 /// Takes an exclusive lock on `file` without waiting: false when someone else holds one.
@@ -140,6 +179,30 @@ mod tests {
     }
 
     #[test]
+    fn the_sweep_never_waits_on_a_fifo_and_opens_no_lock_that_is_not_a_plain_file() {
+        let temp = tempfile::tempdir().unwrap();
+        let fifo = temp.path().join("ptc-mcp-fifo");
+        std::fs::create_dir(&fifo).unwrap();
+        let name = std::ffi::CString::new(fifo.join(LOCK_FILE).as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        // A lock that leads elsewhere, to a file nobody holds, is not the directory's lock.
+        let linked = temp.path().join("ptc-mcp-linked");
+        std::fs::create_dir(&linked).unwrap();
+        std::fs::write(temp.path().join("free"), "").unwrap();
+        std::os::unix::fs::symlink(temp.path().join("free"), linked.join(LOCK_FILE)).unwrap();
+
+        let (done, swept) = std::sync::mpsc::channel();
+        let dir = temp.path().to_path_buf();
+        std::thread::spawn(move || {
+            sweep(&dir, Path::new("/nonexistent"));
+            let _ = done.send(());
+        });
+        assert!(swept.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "the sweep is stuck on the FIFO");
+        assert!(fifo.exists() && linked.exists(), "neither is a gone server's directory");
+    }
+
+    #[test]
     fn runs_get_their_directories_inside_the_servers_own() {
         let first = run_dir().unwrap();
         let second = run_dir().unwrap();
@@ -148,5 +211,11 @@ mod tests {
         assert!(parent.file_name().unwrap().to_str().unwrap().starts_with(SERVER_DIR_PREFIX));
         let lock = File::open(parent.join(LOCK_FILE)).unwrap();
         assert!(!try_lock(&lock).unwrap(), "the server holds its directory's lock");
+        let mode = |path: &Path| format!("{:o}", std::fs::metadata(path).unwrap().mode() & 0o777);
+        assert_eq!(
+            [mode(parent), mode(first.path()), mode(second.path()), mode(&parent.join(LOCK_FILE))],
+            ["700", "700", "700", "600"],
+            "nobody else may look inside"
+        );
     }
 }

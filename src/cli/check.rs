@@ -5,37 +5,43 @@ use std::time::Duration;
 use crate::config::{Config, ConfigSource};
 use crate::registry::ServerStatus;
 
-use super::{FAILURE, SUCCESS, start_app};
+use super::{FAILURE, INTERRUPTED, SUCCESS, print_out, with_app};
 
 /// Prints the config, the sandbox and one row per server (status, tools, time to connect, error); exit
 /// status 0 only when the sandbox can run programs and every server connected without tool collisions.
 pub async fn check(config: &Config, source: &ConfigSource) -> u8 {
-    println!("config   {}: valid", source.describe());
-    let app = match start_app(config) {
-        Ok(app) => app,
-        Err(status) => return status,
-    };
-    let availability = app.engine.availability().await;
-    println!("sandbox  {}: {}", app.engine.backend_kind().resolve_auto(), availability.describe());
-    app.wait_for_servers().await;
-    let times = app.registry.first_attempt_times();
-    let rows: Vec<Row> = app
-        .registry
-        .statuses()
-        .into_iter()
-        .map(|(name, status)| {
-            let time = times.get(&name).copied().flatten();
-            Row::new(name, &status, time)
-        })
-        .collect();
-    print!("{}", table(&rows));
-    let collisions = app.registry.catalog().collisions.clone();
-    for collision in &collisions {
-        println!("collision: {collision}");
-    }
-    app.shutdown().await;
-    let all_connected = rows.iter().all(|row| row.status == "connected");
-    if availability.is_usable() && all_connected && collisions.is_empty() { SUCCESS } else { FAILURE }
+    print_out(&format!("config   {}: valid\n", source.describe()));
+    with_app(config, async |app, stop| {
+        let probed = async {
+            let availability = app.engine.availability().await;
+            print_out(&format!("sandbox  {}: {}\n", app.engine.backend_kind().resolve_auto(), availability.describe()));
+            app.wait_for_servers().await;
+            availability
+        };
+        let availability = tokio::select! {
+            availability = probed => availability,
+            () = stop.cancelled() => return INTERRUPTED,
+        };
+        let times = app.registry.first_attempt_times();
+        let rows: Vec<Row> = app
+            .registry
+            .statuses()
+            .into_iter()
+            .map(|(name, status)| {
+                let time = times.get(&name).copied().flatten();
+                Row::new(name, &status, time)
+            })
+            .collect();
+        let collisions = app.registry.catalog().collisions.clone();
+        let mut report = table(&rows);
+        for collision in &collisions {
+            report.push_str(&format!("collision: {collision}\n"));
+        }
+        print_out(&report);
+        let all_connected = rows.iter().all(|row| row.status == "connected");
+        if availability.is_usable() && all_connected && collisions.is_empty() { SUCCESS } else { FAILURE }
+    })
+    .await
 }
 
 /// One server as the table shows it.

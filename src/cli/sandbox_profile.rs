@@ -5,25 +5,25 @@ use ptc_backends::SandboxKind;
 
 use crate::config::Config;
 
-use super::{CONFIG_ERROR, FAILURE, SUCCESS};
+use super::{CONFIG_ERROR, FAILURE, SUCCESS, print_err, print_out};
 
-/// Prints the profile of `sandbox` for the configured interpreter (`execution.python`).
-pub async fn sandbox_profile(sandbox: SandboxKind, config: &Config) -> u8 {
-    if sandbox != SandboxKind::Seatbelt {
-        eprintln!(
-            "ptc-mcp: only the seatbelt sandbox has a profile to print; {sandbox} is set up by code (see \
-             `ptc-mcp --check-sandbox {sandbox}`)"
-        );
+/// Prints the profile of the sandbox named `sandbox` for the configured interpreter (`execution.python`).
+pub async fn sandbox_profile(sandbox: &str, config: &Config) -> u8 {
+    let Some(kind) = super::sandbox::parse(sandbox) else { return CONFIG_ERROR };
+    if kind != SandboxKind::Seatbelt {
+        print_err(&format!(
+            "ptc-mcp: only the seatbelt sandbox has a profile to print; {kind} is set up by code (see \
+             `ptc-mcp --check-sandbox {kind}`)\n"
+        ));
         return CONFIG_ERROR;
     }
     match ptc_backends::seatbelt_profile(&config.execution.python).await {
         Ok(profile) => {
-            // A reader that stopped early (`| head`) is no error of ours.
-            let _ = std::io::Write::write_all(&mut std::io::stdout(), profile.as_bytes());
+            print_out(&profile);
             SUCCESS
         }
         Err(e) => {
-            eprintln!("ptc-mcp: cannot render the seatbelt profile: {e}");
+            print_err(&format!("ptc-mcp: cannot render the seatbelt profile: {e}\n"));
             FAILURE
         }
     }

@@ -3,7 +3,7 @@
 use crate::config::Config;
 use crate::discovery::{ListRequest, Listing};
 
-use super::{SUCCESS, start_app};
+use super::{INTERRUPTED, SUCCESS, print_err, print_out, with_app};
 
 #[derive(Debug, Clone, Default)]
 pub struct ToolsArgs {
@@ -21,24 +21,29 @@ pub async fn tools(config: &Config, args: &ToolsArgs) -> u8 {
         signatures: args.signatures,
         limit: None,
     };
-    let app = match start_app(config) {
-        Ok(app) => app,
-        Err(status) => return status,
-    };
-    app.wait_for_servers().await;
-    match request.list(&app.registry.catalog()) {
-        Listing::Names(names) if args.json => println!("{}", serde_json::to_string(&names).expect("names serialise")),
-        Listing::Names(names) => names.iter().for_each(|name| println!("{name}")),
-        Listing::Signatures(text) if args.json => {
-            println!("{}", serde_json::to_string(&text).expect("text serialises"))
+    with_app(config, async |app, stop| {
+        tokio::select! {
+            () = app.wait_for_servers() => {}
+            () = stop.cancelled() => return INTERRUPTED,
         }
-        Listing::Signatures(text) => println!("{text}"),
-    }
-    let mut problems = app.registry.unavailable();
-    problems.extend(app.registry.catalog().collisions.iter().cloned());
-    for problem in problems {
-        eprintln!("ptc-mcp: missing tools: {problem}");
-    }
-    app.shutdown().await;
-    SUCCESS
+        let catalog = app.registry.catalog();
+        let out = match request.list(&catalog) {
+            Listing::Names(names) if args.json => {
+                format!("{}\n", serde_json::to_string(&names).expect("names serialise"))
+            }
+            Listing::Names(names) => names.iter().map(|name| format!("{name}\n")).collect(),
+            Listing::Signatures(text) if args.json => {
+                format!("{}\n", serde_json::to_string(&text).expect("text serialises"))
+            }
+            Listing::Signatures(text) => format!("{text}\n"),
+        };
+        print_out(&out);
+        let mut problems = app.registry.unavailable();
+        problems.extend(catalog.collisions.iter().cloned());
+        for problem in problems {
+            print_err(&format!("ptc-mcp: missing tools: {problem}\n"));
+        }
+        SUCCESS
+    })
+    .await
 }

@@ -13,13 +13,22 @@ pub struct LoggingConfig {
     pub audit_code: bool,
 }
 
+/// A `logging` section that cannot be used.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LoggingError {
+    #[error("logging.audit_file: must be a path (or leave the key out)")]
+    EmptyAuditFile,
+    #[error("logging.audit_code: needs logging.audit_file, the file the code goes to")]
+    CodeWithoutFile,
+}
+
 impl LoggingConfig {
-    pub(super) fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), LoggingError> {
         if self.audit_file.as_ref().is_some_and(|path| path.as_os_str().is_empty()) {
-            return Err("logging.audit_file: must be a path (or leave the key out)".to_string());
+            return Err(LoggingError::EmptyAuditFile);
         }
         if self.audit_code && self.audit_file.is_none() {
-            return Err("logging.audit_code: needs logging.audit_file, the file the code goes to".to_string());
+            return Err(LoggingError::CodeWithoutFile);
         }
         Ok(())
     }

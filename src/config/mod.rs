@@ -282,7 +282,7 @@ impl Config {
         check_seconds("tools.confirm_timeout_seconds", self.tools.confirm_timeout_seconds)?;
         self.execution.validate()?;
         self.serve.http.validate()?;
-        self.logging.validate()
+        self.logging.validate().map_err(|e| e.to_string())
     }
 
     fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {

@@ -29,7 +29,6 @@ use crate::config::ExecutionConfig;
 use crate::registry::Registry;
 pub use approval::{ApprovalRequest, Approver, ConfirmPolicy};
 use pool::RunnerPool;
-pub use record::RunRecord;
 pub use report::{Outcome, RunReport};
 
 /// How long the first run after start-up waits for servers that are still connecting.

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::report::RunReport;
 use super::trace::CallStatus;
+use crate::audit::AuditRecord;
 use crate::config::TraceMode;
 
 /// A run under way: its id, its client and when it started.
@@ -97,9 +98,10 @@ impl RunRecord<'_> {
             "run finished"
         );
     }
+}
 
-    /// The audit line, newline included; with `with_code`, the program's text too.
-    pub fn audit_line(&self, with_code: bool) -> Vec<u8> {
+impl AuditRecord for RunRecord<'_> {
+    fn audit_line(&self, with_code: bool) -> Vec<u8> {
         let calls = self
             .report
             .trace

@@ -18,13 +18,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::guard::{Guard, MCP_PATH};
-use crate::app::App;
+use crate::app::{App, SHUTDOWN_LIMIT};
 use crate::cli::{CONFIG_ERROR, FAILURE};
 use crate::config::{Config, ConfigSource};
 use crate::input_required::Parked;
 use crate::server::PtcServer;
 
-/// How long open connections (event streams included) get to close once runs are stopped.
+/// How long open connections (event streams included) get to close once runs are stopped: the last part of
+/// the shutdown's [`SHUTDOWN_LIMIT`].
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// Serves until SIGTERM or SIGINT; returns the exit status once everything is stopped.
@@ -99,7 +100,7 @@ pub async fn serve_http(config: Config, source: ConfigSource, addr: SocketAddr) 
     drop(listener);
     // Runs are stopped first and answered over the connections still open, and the downstream servers
     // stopped; then the MCP sessions and the connections are closed.
-    app.shutdown().await;
+    app.shutdown(SHUTDOWN_LIMIT - CLOSE_GRACE).await;
     stop_mcp.cancel();
     if tokio::time::timeout(CLOSE_GRACE, connections.shutdown()).await.is_err() {
         tracing::debug!("some HTTP connections were still open after {}s", CLOSE_GRACE.as_secs());

@@ -13,18 +13,7 @@ pub use stdio::serve_stdio;
 use crate::app::App;
 use crate::audit::AuditLog;
 use crate::config::{Config, ConfigSource};
-
-/// Resolves on SIGTERM or SIGINT.
-pub async fn stop_requested() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-}
+use crate::stop::requested as stop_requested;
 
 /// Reopens the audit file on every SIGHUP (log rotation), while the process runs.
 fn reopen_on_hangup(audit: Option<Arc<AuditLog>>) {

@@ -2,7 +2,7 @@
 
 use rmcp::ServiceExt;
 
-use crate::app::App;
+use crate::app::{App, SHUTDOWN_LIMIT};
 use crate::config::{Config, ConfigSource};
 use crate::server::PtcServer;
 
@@ -11,7 +11,7 @@ pub async fn serve_stdio(config: Config, source: ConfigSource) -> u8 {
     let app = match App::start(&config, None) {
         Ok(app) => app,
         Err(e) => {
-            eprintln!("ptc-mcp: {e}");
+            crate::cli::print_err(&format!("ptc-mcp: {e}\n"));
             return crate::cli::CONFIG_ERROR;
         }
     };
@@ -35,6 +35,6 @@ pub async fn serve_stdio(config: Config, source: ConfigSource) -> u8 {
     }
     // Runs still going are stopped; their runners, the pool's and what the backend keeps outside the process
     // (containers, scratch directories) go before the downstream servers do.
-    app.shutdown().await;
+    app.shutdown(SHUTDOWN_LIMIT).await;
     0
 }

@@ -1,9 +1,14 @@
 //! The record of every run: one `info` log line and, with `logging.audit_file`, one JSON line appended when
 //! the run ends — kept through a crash of the server, written for runs killed at shutdown, reopened on
-//! SIGHUP.
+//! SIGHUP, whole or not at all, and only to a file that is this user's alone.
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::process::{Output, Stdio};
 use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
 
 use serde_json::{Value, json};
 
@@ -51,6 +56,8 @@ async fn a_finished_run_is_logged_and_audited_under_one_id_and_survives_a_crash_
         return;
     }
     run.expect_ok();
+    // The line is written by the server's audit thread, just after the answer.
+    assert!(eventually(Duration::from_secs(10), || !audit_lines(&audit).is_empty()).await, "no audit line");
     let lines = audit_lines(&audit);
     assert_eq!(lines.len(), 1, "{lines:?}");
     let line = &lines[0];
@@ -122,6 +129,109 @@ async fn sighup_reopens_the_audit_file_after_the_os_rotated_it() {
     }
     assert!(reopened, "no line in the reopened file (and SIGHUP must not stop the server)");
     assert!(audit_lines(&rotated).len() >= 2, "the probe run and the one before the hangup stay in the old file");
+}
+
+/// `ptc-mcp run -` on `code` with `config_text`, in a fresh directory; `limit_file_size` sets the server's
+/// RLIMIT_FSIZE (SIGXFSZ ignored), so that a write past it comes up short as on a full disk.
+async fn run_once(config_text: &str, code: &str, limit_file_size: Option<u64>) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), config_text).unwrap();
+    let mut command = std::process::Command::new(binary());
+    command.args(["run", "-"]).current_dir(dir.path()).env_remove("PTC_MCP_CONFIG").env("RUST_LOG", "warn");
+    if let Some(bytes) = limit_file_size {
+        // SAFETY: only async-signal-safe calls (signal, setrlimit) between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let limit = libc::rlimit { rlim_cur: bytes, rlim_max: libc::RLIM_INFINITY };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+    }
+    let mut child = tokio::process::Command::from(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(code.as_bytes()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await.expect("the run ends").unwrap()
+}
+
+#[apply(integration_test!)]
+async fn an_audit_line_that_does_not_fit_is_left_out_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    // Room for the start of a line, not for all of it: the disk fills up in the middle of the write.
+    let out = run_once(&audited_config(&audit, false), "print('hello')", Some(100)).await;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if stdout.contains("SandboxError") {
+        let _ = sandbox_unusable(&stdout);
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(std::fs::read_to_string(&audit).unwrap(), "", "no half line");
+    assert!(stderr.contains(&format!("a run's line was left out of the audit file {}", audit.display())), "{stderr}");
+}
+
+/// A directory every user may create files in (sticky, like /tmp), owned by `nobody`, as a shared directory
+/// an administrator made for them may be; `None` (skipped) when not root, who alone can act as another user.
+fn shared_directory(parent: &Path) -> Option<std::path::PathBuf> {
+    // SAFETY: geteuid has no preconditions.
+    let root = if unsafe { libc::geteuid() } == 0 { Ok(()) } else { Err("acting as another user".to_string()) };
+    require("root", root)?;
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = parent.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::os::unix::fs::chown(&shared, Some(NOBODY), Some(NOBODY)).unwrap();
+    Some(shared)
+}
+
+const NOBODY: u32 = 65534;
+
+#[apply(integration_test!)]
+async fn another_users_symlink_as_the_audit_file_is_refused_at_start_and_its_target_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(shared) = shared_directory(dir.path()) else { return };
+    let target = dir.path().join("root-only");
+    std::fs::write(&target, "root's own\n").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let audit = shared.join("audit.jsonl");
+    std::os::unix::fs::symlink(&target, &audit).unwrap();
+    std::os::unix::fs::lchown(&audit, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = run_once(&audited_config(&audit, false), "print('hello')", None).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("logging.audit_file: {}: it is a symbolic link", audit.display())), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's own\n");
+}
+
+#[apply(integration_test!)]
+async fn an_audit_file_another_user_made_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(shared) = shared_directory(dir.path()) else { return };
+    let audit = shared.join("audit.jsonl");
+    // Made by its owner to read what gets logged (programs, and the secrets in them).
+    std::fs::write(&audit, "").unwrap();
+    std::fs::set_permissions(&audit, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&audit, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = run_once(&audited_config(&audit, true), "secret = 'hunter2'\nprint(len(secret))", None).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "logging.audit_file: {}: it belongs to uid {NOBODY}, not to this user (uid 0)",
+            audit.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&audit).unwrap(), "");
 }
 
 /// Runs `print('ok')` once (it is audited too); `None` when the sandbox under test cannot run programs.

@@ -23,9 +23,11 @@ mod pool;
 mod progress;
 mod reaper;
 mod registry;
+mod scratch;
 mod seatbelt;
 mod shell;
 mod show;
+mod shutdown;
 mod thirdparty;
 mod transports;
 

@@ -1,5 +1,7 @@
-//! The shell commands run as a user would: `check`, `tools` and `run`, with their output and exit status.
+//! The shell commands run as a user would: `check`, `tools` and `run`, with their output and exit status,
+//! and how they end: quietly when their reader is gone, and always after shutting down what they started.
 
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -175,6 +177,106 @@ async fn tools_finds_by_query_and_lists_signatures_like_list_callable_tools() {
     let json = shell(&["tools", "--query", "add", "--json"], &text, "").await;
     let names: Vec<String> = serde_json::from_str(json.stdout.trim()).expect("a JSON array of names");
     assert_eq!(names.first().map(String::as_str), Some("mcp__mock__add"));
+}
+
+/// A pipe whose reader is gone, as `| head -1` leaves one: writing to it fails with EPIPE.
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills in two fresh fds, which are then owned here.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: as above.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    Stdio::from(writer)
+}
+
+/// `ptc-mcp ARGS` in `dir` (its config.yaml found there), with stdout closed as `closed_pipe` makes it and the
+/// temp directory `tmp`. (Spawn it: `output()` would pipe stdout anew.)
+fn command_in(dir: &Path, tmp: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(binary());
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("PTC_MCP_CONFIG")
+        .env("RUST_LOG", "warn")
+        .env("TMPDIR", tmp)
+        .stdin(Stdio::null())
+        .stdout(closed_pipe())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// The pids a mock server with `--state-file` recorded after `prefix` (`start `, `child `).
+fn recorded(state: &Path, prefix: &str) -> Vec<i32> {
+    let text = std::fs::read_to_string(state).unwrap_or_default();
+    text.lines().filter_map(|line| line.strip_prefix(prefix)?.parse().ok()).collect()
+}
+
+/// Waits until no process of the group `leader` led is left, killing what is left after 10 s.
+async fn assert_group_gone(leader: i32, what: &str) {
+    let gone = eventually(Duration::from_secs(10), || group_members(leader).is_empty()).await;
+    let left = group_members(leader);
+    if !gone {
+        // SAFETY: plain syscall; the group is the one our test downstream made.
+        unsafe { libc::kill(-leader, libc::SIGKILL) };
+    }
+    assert!(gone, "{what}: processes of the downstream's group outlived ptc-mcp: {left:?}");
+}
+
+#[apply(integration_test!)]
+async fn every_command_ends_quietly_when_its_reader_is_gone_and_still_shuts_down() {
+    for args in [&["tools"][..], &["check"], &["run", "prog.py"]] {
+        let what = args.join(" ");
+        let dir = tempfile::tempdir().unwrap();
+        let (tmp, state) = (dir.path().join("tmp"), dir.path().join("events"));
+        std::fs::create_dir(&tmp).unwrap();
+        let flags = ["--spawn-child", "--state-file", state.to_str().unwrap()];
+        std::fs::write(dir.path().join("config.yaml"), config(&[mock_server("mock", &flags)], "")).unwrap();
+        std::fs::write(dir.path().join("prog.py"), "print(await mcp__mock__add(a=1, b=2))\n").unwrap();
+        let child = command_in(dir.path(), &tmp, args).spawn().unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(180), child.wait_with_output())
+            .await
+            .expect("the command ends")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0..=2)), "{what}: {}\n{stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+        assert_group_gone(recorded(&state, "start ")[0], &what).await;
+        assert_nothing_left(&tmp).await;
+    }
+}
+
+#[apply(integration_test!)]
+async fn check_sandbox_cleans_up_after_its_probe_when_its_reader_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::write(dir.path().join("config.yaml"), "").unwrap();
+    // landlock's probe starts a confined interpreter in a scratch directory of its own.
+    let child = command_in(dir.path(), &tmp, &["--check-sandbox", "landlock"]).spawn().unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.expect("it ends").unwrap();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert_nothing_left(&tmp).await;
+}
+
+#[apply(integration_test!)]
+async fn ctrl_c_while_a_command_waits_for_servers_shuts_them_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tmp, state) = (dir.path().join("tmp"), dir.path().join("events"));
+    std::fs::create_dir(&tmp).unwrap();
+    let flags = ["--first-answer-delay", "30", "--spawn-child", "--state-file", state.to_str().unwrap()];
+    std::fs::write(dir.path().join("config.yaml"), config(&[mock_server("slow", &flags)], "")).unwrap();
+    let mut child = command_in(dir.path(), &tmp, &["tools"]).spawn().unwrap();
+    // The server is up (and slow to answer) once it has started its child.
+    assert!(eventually(Duration::from_secs(30), || !recorded(&state, "child ").is_empty()).await);
+    // SAFETY: kill with the pid of a child we own.
+    assert_eq!(unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("it ends").unwrap();
+    let leader = recorded(&state, "start ")[0];
+    let code = status.code();
+    assert_group_gone(leader, "tools").await;
+    assert_eq!(code, Some(130), "{status}");
 }
 
 fn columns(line: &str) -> Vec<String> {
