@@ -4,6 +4,8 @@
 mod guard;
 mod http;
 mod stdio;
+mod stdio_transport;
+mod undecodable;
 
 use std::sync::Arc;
 
