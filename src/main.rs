@@ -32,9 +32,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve MCP: on stdio (the default), or with --http as streamable HTTP at http://ADDR:PORT/mcp for
-    /// several clients (see serve.http in the config: token, allowed_origins, max_concurrent_runs).
+    /// several clients (see serve.http in the config: token, allowed_origins, max_concurrent_runs, and the
+    /// bounds on connections and sessions).
     Serve {
-        /// Listen on this address, e.g. 127.0.0.1:8765. Any address but loopback needs serve.http.token.
+        /// Listen on this address, e.g. 127.0.0.1:8765. Needs serve.http.token (e.g. token: ${PTC_MCP_TOKEN}).
         #[arg(long, value_name = "ADDR:PORT")]
         http: Option<std::net::SocketAddr>,
     },

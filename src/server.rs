@@ -170,17 +170,19 @@ impl ServerHandler for PtcServer {
     async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {}
 }
 
-/// Which client a request came from, for the run's record: its HTTP session id (`http` for a request
-/// without one: 2026-07-28 clients have no sessions), or `stdio`.
+/// The MCP session an HTTP request came through, as the HTTP layer that issued it tells (never a header the
+/// client chose).
+#[derive(Debug, Clone)]
+pub struct HttpSession(pub Arc<str>);
+
+/// Which client a request came from, for the run's record: the HTTP session it came through (`http` for a
+/// request outside any session: 2026-07-28 clients have none), or `stdio`.
 fn session_of(context: &RequestContext<RoleServer>) -> String {
-    match context.extensions.get::<http::request::Parts>() {
-        Some(parts) => parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|id| id.to_str().ok())
-            .map_or_else(|| "http".to_string(), str::to_string),
-        None => "stdio".to_string(),
+    if let Some(HttpSession(id)) = context.extensions.get::<HttpSession>() {
+        return id.to_string();
     }
+    let over_http = context.extensions.get::<http::request::Parts>().is_some();
+    if over_http { "http" } else { "stdio" }.to_string()
 }
 
 fn tool_definitions(settings: &ExecutionConfig) -> Vec<Tool> {

@@ -1,5 +1,7 @@
 //! `serve.http`: what `ptc-mcp serve --http` enforces.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use super::expand;
@@ -13,17 +15,38 @@ pub struct ServeConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
-    /// Every request must carry `Authorization: Bearer <token>`. `${VAR}` expands.
+    /// Every request must carry `Authorization: Bearer <token>`; `serve --http` refuses to start without one.
+    /// `${VAR}` expands; empty after expansion (`${PTC_MCP_TOKEN:-}` with the variable unset) counts as none.
     pub token: Option<Secret>,
     /// Browser origins admitted besides loopback ones, e.g. `https://app.example`.
     pub allowed_origins: Vec<String>,
     /// Programs running at once across all clients; more wait for a slot.
     pub max_concurrent_runs: usize,
+    /// Connections open at once; more wait to be accepted until one closes.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's head (from the connection's start, or from the first
+    /// byte of a later request on it).
+    pub header_read_timeout_seconds: f64,
+    /// How long a connection with no request in flight may stay silent between requests.
+    pub keep_alive_timeout_seconds: f64,
+    /// MCP sessions (2025-era clients) alive at once; an `initialize` past them is refused.
+    pub max_sessions: usize,
+    /// A session with no request in flight and no open event stream for this long is ended.
+    pub session_idle_timeout_seconds: f64,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig { token: None, allowed_origins: Vec::new(), max_concurrent_runs: 8 }
+        HttpConfig {
+            token: None,
+            allowed_origins: Vec::new(),
+            max_concurrent_runs: 8,
+            max_connections: 256,
+            header_read_timeout_seconds: 10.0,
+            keep_alive_timeout_seconds: 60.0,
+            max_sessions: 100,
+            session_idle_timeout_seconds: 900.0,
+        }
     }
 }
 
@@ -73,9 +96,36 @@ impl Origin {
 }
 
 impl HttpConfig {
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.header_read_timeout_seconds)
+    }
+
+    pub fn keep_alive_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.keep_alive_timeout_seconds)
+    }
+
+    pub fn session_idle_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.session_idle_timeout_seconds)
+    }
+
     pub(super) fn validate(&self) -> Result<(), String> {
-        if self.max_concurrent_runs == 0 {
-            return Err("serve.http.max_concurrent_runs: must be at least 1".to_string());
+        let counts = [
+            ("max_concurrent_runs", self.max_concurrent_runs),
+            ("max_connections", self.max_connections),
+            ("max_sessions", self.max_sessions),
+        ];
+        for (key, value) in counts {
+            if value == 0 {
+                return Err(format!("serve.http.{key}: must be at least 1"));
+            }
+        }
+        let durations = [
+            ("header_read_timeout_seconds", self.header_read_timeout_seconds),
+            ("keep_alive_timeout_seconds", self.keep_alive_timeout_seconds),
+            ("session_idle_timeout_seconds", self.session_idle_timeout_seconds),
+        ];
+        for (key, value) in durations {
+            super::check_seconds(&format!("serve.http.{key}"), value)?;
         }
         for (i, origin) in self.allowed_origins.iter().enumerate() {
             if Origin::parse(origin).is_none() {
@@ -92,8 +142,9 @@ impl HttpConfig {
     pub(super) fn expand_token(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
         let Some(token) = &self.token else { return Ok(()) };
         let token = expand::expand(token.expose(), lookup).map_err(|e| format!("serve.http.token: {e}"))?;
-        if token.trim().is_empty() {
-            return Err("serve.http.token: is empty (after ${VAR} expansion); set a long random value".to_string());
+        if token.is_empty() {
+            self.token = None;
+            return Ok(());
         }
         if !token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err("serve.http.token: must be printable ASCII without spaces (after ${VAR} expansion)".to_string());

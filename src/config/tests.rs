@@ -240,6 +240,13 @@ fn serve_and_logging_keys_parse_with_their_defaults() {
     assert_eq!(config.serve.http.token, None);
     assert!(config.serve.http.allowed_origins.is_empty());
     assert_eq!(config.serve.http.max_concurrent_runs, 8);
+    assert_eq!((config.serve.http.max_connections, config.serve.http.max_sessions), (256, 100));
+    let timeouts = [
+        config.serve.http.header_read_timeout(),
+        config.serve.http.keep_alive_timeout(),
+        config.serve.http.session_idle_timeout(),
+    ];
+    assert_eq!(timeouts, [Duration::from_secs(10), Duration::from_secs(60), Duration::from_secs(900)]);
     assert_eq!((config.logging.audit_file, config.logging.audit_code), (None, false));
     let text = "serve:\n  http:\n    token: ${INTERNAL_TOKEN}-x\n    allowed_origins: [\"https://app.example\", \
                 \"http://[::1]:3000\"]\n    max_concurrent_runs: 2\nlogging:\n  audit_file: /var/log/ptc.jsonl\n  \
@@ -268,7 +275,21 @@ fn serve_and_logging_errors_name_the_key_and_never_the_token() {
         ("serve:\n  http:\n    port: 1\n", "serve.http.port: unknown field `port`"),
         ("serve:\n  stdio: {}\n", "serve.stdio: unknown field `stdio`"),
         ("serve:\n  http:\n    token: ${NOPE}\n", "serve.http.token: environment variable NOPE is not set"),
-        ("serve:\n  http:\n    token: \"${NOPE:-}\"\n", "serve.http.token: is empty"),
+        ("serve:\n  http:\n    max_connections: 0\n", "serve.http.max_connections: must be at least 1"),
+        ("serve:\n  http:\n    max_sessions: 0\n", "serve.http.max_sessions: must be at least 1"),
+        (
+            "serve:\n  http:\n    header_read_timeout_seconds: 0\n",
+            "serve.http.header_read_timeout_seconds: must be a number of seconds above 0",
+        ),
+        (
+            "serve:\n  http:\n    keep_alive_timeout_seconds: -1\n",
+            "serve.http.keep_alive_timeout_seconds: must be a number of seconds above 0",
+        ),
+        (
+            "serve:\n  http:\n    session_idle_timeout_seconds: 1e9\n",
+            "serve.http.session_idle_timeout_seconds: must be a number of seconds above 0",
+        ),
+        ("serve:\n  http:\n    token: \"  \"\n", "serve.http.token: must be printable ASCII without spaces"),
         ("serve:\n  http:\n    token: \"a secret\"\n", "serve.http.token: must be printable ASCII without spaces"),
         (
             "serve:\n  http:\n    allowed_origins: [\"https://app.example/path\"]\n",
@@ -285,6 +306,12 @@ fn serve_and_logging_errors_name_the_key_and_never_the_token() {
         assert!(err.starts_with(expected), "for {text:?}: got {err:?}, expected it to start with {expected:?}");
         assert!(!err.contains("secret"), "{err}");
     }
+}
+
+#[test]
+fn a_token_that_expands_to_nothing_is_no_token() {
+    // `${PTC_MCP_TOKEN:-}` in a config shared by stdio and HTTP: serve --http then refuses to start.
+    assert_eq!(parse("serve:\n  http:\n    token: \"${NOPE:-}\"\n").unwrap().serve.http.token, None);
 }
 
 #[test]

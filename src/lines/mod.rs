@@ -22,6 +22,13 @@ const KEEP_CAPACITY: usize = 1 << 20;
 #[error("reading failed: {0}")]
 pub struct ReadError(#[from] pub std::io::Error);
 
+/// The top-level `"id"` of a JSON object, found by scanning: it need not be valid JSON (or whole).
+pub fn top_level_id(bytes: &[u8]) -> Option<serde_json::Value> {
+    let mut scanner = IdScanner::default();
+    scanner.feed(bytes);
+    scanner.finish()
+}
+
 /// What [`LineReader::next_line`] found.
 #[derive(Debug, PartialEq)]
 pub enum Line<'a> {

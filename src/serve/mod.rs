@@ -1,9 +1,13 @@
 //! Serving MCP: on stdio (one client) or streamable HTTP (several), and what every way of serving shares: the start-up line, stopping
 //! on SIGTERM or SIGINT, and reopening the audit file on SIGHUP.
 
+mod connection;
 mod guard;
 mod http;
+mod sessions;
 mod stdio;
+mod stdio_transport;
+mod undecodable;
 
 use std::sync::Arc;
 

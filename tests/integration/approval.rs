@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use crate::common::*;
-use crate::http::HttpPtc;
+use crate::http::{HttpPtc, TOKEN, token_keys};
 
 /// The program: one call that needs approval (line 2), one that does not.
 const PROGRAM: &str = "try:\n    r = await mcp__mock__add(a=1, b=2)\n    print('sum', r['sum'])\nexcept ToolError as e:\n    print('ToolError:', e)\nprint(await mcp__mock__echo(v=1))";
@@ -89,16 +89,17 @@ async fn the_time_limit_stands_still_while_the_user_thinks_and_the_wait_is_bound
 
 #[apply(integration_test!)]
 async fn a_2026_client_is_asked_through_input_required_results_and_the_run_resumes() {
-    let ptc = HttpPtc::start(&confirm_config("", ""), "    max_concurrent_runs: 4\n").await;
+    let ptc = HttpPtc::start(&confirm_config("", ""), &format!("{}    max_concurrent_runs: 4\n", token_keys())).await;
     let twice = format!("{PROGRAM}\n{PROGRAM}");
+    let (url, authorization) = (ptc.url(), format!("Authorization: Bearer {TOKEN}"));
     for (answer, expected) in [
         ("accept", "sum 3\n{'v': 1}\nsum 3\n{'v': 1}\n"),
         ("decline", "ToolError: declined by the user\n{'v': 1}\nToolError: declined by the user\n{'v': 1}\n"),
         ("cancel", "ToolError: declined by the user\n{'v': 1}\nToolError: declined by the user\n{'v': 1}\n"),
     ] {
-        let args =
-            ["--protocol", "2026-07-28", "--elicit", answer, "--progress", "--code", &twice, "--url", &ptc.url()];
-        let Some(report) = sdk_client_report(args).await else { return };
+        let program = ["--protocol", "2026-07-28", "--elicit", answer, "--progress", "--code", &twice];
+        let server = ["--url", &url, "--header", &authorization];
+        let Some(report) = sdk_client_report(program.into_iter().chain(server)).await else { return };
         let Some(output) = program_output(&report) else { return };
         assert_eq!(output, expected, "{answer}: {report}");
         let asked = report["elicitations"].as_array().unwrap();
@@ -112,10 +113,15 @@ async fn a_2026_client_is_asked_through_input_required_results_and_the_run_resum
 
 #[apply(integration_test!)]
 async fn a_2026_client_cannot_resume_with_a_state_it_was_not_given() {
-    let ptc = HttpPtc::start(&confirm_config("", ""), "    max_concurrent_runs: 4\n").await;
+    let ptc = HttpPtc::start(&confirm_config("", ""), &format!("{}    max_concurrent_runs: 4\n", token_keys())).await;
     let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"execute_program","arguments":{"code":"print(1)"},"requestState":"0123456789abcdef0123456789abcdef","inputResponses":{"approval":{"action":"accept"}},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-    let headers =
-        [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "execute_program")];
+    let bearer = format!("Bearer {TOKEN}");
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "execute_program"),
+    ];
     let (status, response) = crate::http::raw(ptc.port(), "/mcp", &headers, call).await;
     assert_eq!(status, 200, "{response}");
     assert!(

@@ -16,7 +16,7 @@ use tokio::process::{Child, Command};
 
 use crate::common::*;
 
-const TOKEN: &str = "test-token-0123456789";
+pub const TOKEN: &str = "test-token-0123456789";
 
 /// A `ptc-mcp serve --http` on a loopback port, with its config and temp dir.
 pub struct HttpPtc {
@@ -29,22 +29,28 @@ impl HttpPtc {
     /// Starts the server with `config_text` plus `serve.http` keys (`http_keys`, indented under `http:`),
     /// and waits until it accepts connections.
     pub async fn start(config_text: &str, http_keys: &str) -> HttpPtc {
+        HttpPtc::start_with(config_text, http_keys, |_| {}).await
+    }
+
+    /// [`HttpPtc::start`], with the command adjusted by `configure` before it runs.
+    pub async fn start_with(config_text: &str, http_keys: &str, configure: impl FnOnce(&mut Command)) -> HttpPtc {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, format!("{config_text}serve:\n  http:\n{http_keys}")).unwrap();
         let port = free_port();
         let tmp = dir.path().join("tmp");
         std::fs::create_dir(&tmp).unwrap();
-        let child = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .args(["serve", "--http", &format!("127.0.0.1:{port}"), "--config"])
             .arg(&path)
             .current_dir(dir.path())
             .env("TMPDIR", &tmp)
             .env("RUST_LOG", "warn")
             .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+            .kill_on_drop(true);
+        configure(&mut command);
+        let child = command.spawn().unwrap();
         let ready =
             eventually(Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
         assert!(ready, "serve --http never listened on {port}");
@@ -55,16 +61,20 @@ impl HttpPtc {
         self.port
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap()
+    }
+
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
-    fn tmp(&self) -> PathBuf {
+    pub fn tmp(&self) -> PathBuf {
         self.dir.path().join("tmp")
     }
 
     /// An rmcp client session (2025 era: initialize, session id) with the token.
-    async fn client(&self) -> RunningService<RoleClient, ()> {
+    pub async fn client(&self) -> RunningService<RoleClient, ()> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let config = StreamableHttpClientTransportConfig::with_uri(self.url()).auth_header(TOKEN);
         let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
@@ -80,11 +90,74 @@ impl HttpPtc {
     }
 }
 
-fn free_port() -> u16 {
+/// A plain HTTP proxy on a loopback port that adds the bearer token to every request and passes everything
+/// else through, the `Host` header included (for clients that cannot send headers of their own, like the
+/// conformance suite). It stops when dropped.
+pub struct TokenProxy {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TokenProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TokenProxy {
+    pub async fn start(target: u16) -> TokenProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let client = client.clone();
+                let service = hyper::service::service_fn(move |request| forward(client.clone(), target, request));
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                );
+            }
+        });
+        TokenProxy { port, task }
+    }
+}
+
+type Forwarded = hyper::Response<http_body_util::combinators::BoxBody<bytes::Bytes, reqwest::Error>>;
+
+async fn forward(
+    client: reqwest::Client,
+    target: u16,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> Result<Forwarded, reqwest::Error> {
+    use futures::TryStreamExt;
+    use http_body_util::BodyExt;
+    let hop_by_hop = [http::header::CONNECTION, http::header::TRANSFER_ENCODING, http::header::CONTENT_LENGTH];
+    let (mut parts, body) = request.into_parts();
+    let body = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
+    let path = parts.uri.path_and_query().map_or("/", |path| path.as_str());
+    for name in &hop_by_hop {
+        parts.headers.remove(name);
+    }
+    parts.headers.insert(http::header::AUTHORIZATION, format!("Bearer {TOKEN}").parse().unwrap());
+    let url = format!("http://127.0.0.1:{target}{path}");
+    let response = client.request(parts.method, url).headers(parts.headers).body(body).send().await?;
+    let mut forwarded = hyper::Response::builder().status(response.status());
+    let headers = forwarded.headers_mut().unwrap();
+    headers.extend(response.headers().clone());
+    for name in &hop_by_hop {
+        headers.remove(name);
+    }
+    let body = http_body_util::StreamBody::new(response.bytes_stream().map_ok(hyper::body::Frame::data));
+    Ok(forwarded.body(body.boxed()).unwrap())
+}
+
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn token_keys() -> String {
+pub fn token_keys() -> String {
     format!("    token: {TOKEN}\n")
 }
 
@@ -102,10 +175,15 @@ fn text(result: &CallToolResult) -> String {
     text_block(result, 0)
 }
 
-/// One raw HTTP/1.1 request; returns the status code and the body's start.
+/// One raw HTTP/1.1 POST; returns the status code and the whole response.
 pub async fn raw(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    raw_request(port, "POST", path, headers, body).await
+}
+
+/// One raw HTTP/1.1 request with `method`; returns the status code and the whole response.
+pub async fn raw_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let mut request = format!("POST {path} HTTP/1.1\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
     if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
         request.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
     }
@@ -124,7 +202,7 @@ pub async fn raw(port: u16, path: &str, headers: &[(&str, &str)], body: &str) ->
     (status, response)
 }
 
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
 
 #[apply(integration_test!)]
 async fn the_official_python_sdk_works_over_http_in_both_eras() {

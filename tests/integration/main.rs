@@ -18,6 +18,7 @@ mod downstreams;
 mod escape;
 mod execute;
 mod http;
+mod http_hardening;
 mod limits;
 mod pool;
 mod progress;

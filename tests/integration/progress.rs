@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::common::*;
-use crate::http::HttpPtc;
+use crate::http::{HttpPtc, TOKEN, token_keys};
 
 const PROGRAM: &str = "for i in range(4):\n    await mcp__mock__sleep(seconds=0.4)\nprint(await mcp__mock__echo(v=1))";
 
@@ -43,8 +43,11 @@ async fn a_2025_client_on_stdio_sees_the_calls_finished_so_far() {
 
 #[apply(integration_test!)]
 async fn a_2026_client_over_http_sees_the_calls_finished_so_far() {
-    let ptc = HttpPtc::start(&config(&[mock_server("mock", &[])], ""), "    max_concurrent_runs: 4\n").await;
-    let args = ["--protocol", "2026-07-28", "--url", &ptc.url()].map(std::ffi::OsString::from);
+    let keys = format!("{}    max_concurrent_runs: 4\n", token_keys());
+    let ptc = HttpPtc::start(&config(&[mock_server("mock", &[])], ""), &keys).await;
+    let authorization = format!("Authorization: Bearer {TOKEN}");
+    let args =
+        ["--protocol", "2026-07-28", "--url", &ptc.url(), "--header", &authorization].map(std::ffi::OsString::from);
     let Some(report) = sdk_report(&args).await else { return };
     assert_eq!(report["negotiated_version"], "2026-07-28");
     assert_progress_was_reported(&report);

@@ -280,6 +280,13 @@ pub fn required_path(name: &str, var: &str) -> Option<String> {
 /// server: `--url`, or `--` and a command line such as [`stdio_server`]'s) and returns its JSON report, or `None`
 /// (skipped) without the SDK.
 pub async fn sdk_client_report<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Option<Value> {
+    sdk_client_output(args).await.map(|(report, _stderr)| report)
+}
+
+/// [`sdk_client_report`], and what the SDK (and a stdio server under it) wrote on stderr.
+pub async fn sdk_client_output<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+) -> Option<(Value, String)> {
     let python = required_path("python-sdk", "PTC_TEST_SDK_PYTHON")?;
     let output = Command::new(python)
         .arg(repo_path("tests/clients/sdk_client.py"))
@@ -289,13 +296,9 @@ pub async fn sdk_client_report<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterato
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "sdk client failed ({}): {stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Some(serde_json::from_str(&stdout).unwrap())
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "sdk client failed ({}): {stdout}\n{stderr}", output.status);
+    Some((serde_json::from_str(&stdout).unwrap(), stderr))
 }
 
 /// The end of an [`sdk_client_report`] command line that starts ptc-mcp on stdio with `config_text` (written
