@@ -22,7 +22,7 @@ use super::deadline::Deadline;
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport};
-use super::trace::{Trace, shorten};
+use super::trace::{Trace, budget_exhausted, shorten};
 use super::trim;
 use crate::config::ExecutionConfig;
 use crate::discovery::{InspectRequest, ListRequest};
@@ -274,12 +274,9 @@ impl<'a> RunState<'a> {
         }
         let mut trace = self.trace();
         if trace.calls().len() >= self.settings.max_tool_calls {
-            trace.count_over_budget();
+            trace.count_over_budget(self.settings.max_tool_calls);
             drop(trace);
-            let error = format!(
-                "tool call budget exhausted: a program may make at most {} tool calls (execution.max_tool_calls)",
-                self.settings.max_tool_calls
-            );
+            let error = budget_exhausted(self.settings.max_tool_calls);
             self.reply(ToRunner::failure(id, &error).to_line());
             return Ok(());
         }

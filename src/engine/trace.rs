@@ -71,6 +71,8 @@ pub struct Trace {
     calls: Vec<CallRecord>,
     /// Calls refused because the budget was spent: counted (all failed), not stored.
     over_budget: usize,
+    /// The budget they were refused for (`execution.max_tool_calls`).
+    budget: usize,
     /// Bytes of arguments shown so far.
     shown_arguments: usize,
 }
@@ -92,9 +94,10 @@ impl Trace {
         self.calls.len() - 1
     }
 
-    /// Counts a call refused for the exhausted budget.
-    pub fn count_over_budget(&mut self) {
+    /// Counts a call refused because the program had made `budget` calls already.
+    pub fn count_over_budget(&mut self, budget: usize) {
         self.over_budget += 1;
+        self.budget = budget;
     }
 
     /// Records how call `index` ended, at `ended`: the size of its result, or its error. A call already
@@ -171,8 +174,8 @@ impl Trace {
     }
 
     /// The seed's summary: `[tool calls: N, F failed; X.Xs]`, then up to five failures (cancelled calls
-    /// included) and how many more there were. `None` when no call was made. The time is the wall-clock
-    /// time during which at least one call was in flight.
+    /// included), how many more there were, and one line for the calls refused for the budget. `None` when
+    /// no call was made. The time is the wall-clock time during which at least one call was in flight.
     pub fn summary(&self) -> Option<String> {
         if self.count() == 0 {
             return None;
@@ -194,9 +197,12 @@ impl Trace {
                 )),
             }
         }
-        let listed = failures.len().min(MAX_LISTED_FAILURES);
-        if failed_count > listed {
-            out.push_str(&format!("\n  ... {} more failures", failed_count - listed));
+        if failures.len() > MAX_LISTED_FAILURES {
+            out.push_str(&format!("\n  ... {} more failures", failures.len() - MAX_LISTED_FAILURES));
+        }
+        if self.over_budget > 0 {
+            let calls = if self.over_budget == 1 { "call" } else { "calls" };
+            out.push_str(&format!("\n  refused: {} {calls}: {}", self.over_budget, budget_exhausted(self.budget)));
         }
         Some(out)
     }
@@ -232,6 +238,11 @@ impl Trace {
             Value::String(format!("({size} bytes of arguments, not shown)"))
         }
     }
+}
+
+/// Why a call past the budget is refused: the program's `ToolError` and the summary say the same.
+pub fn budget_exhausted(budget: usize) -> String {
+    format!("tool call budget exhausted: a program may make at most {budget} tool calls (execution.max_tool_calls)")
 }
 
 /// `text` cut to at most `max` bytes (on a character boundary), with an ellipsis when cut.
@@ -310,12 +321,30 @@ mod tests {
         let i = start(&mut trace, "t", json!({}));
         trace.finish(i, Ok(2), Instant::now());
         for _ in 0..3 {
-            trace.count_over_budget();
+            trace.count_over_budget(1);
         }
         assert_eq!(trace.calls().len(), 1);
         let summary = trace.summary().unwrap();
         assert!(summary.starts_with("[tool calls: 4, 3 failed; "), "{summary}");
-        assert!(summary.ends_with("\n  ... 3 more failures"), "{summary}");
+        let refused = "refused: 3 calls: tool call budget exhausted: a program may make at most 1 tool calls \
+                       (execution.max_tool_calls)";
+        assert_eq!(summary.lines().skip(1).collect::<Vec<_>>(), [format!("  {refused}")], "{summary}");
+    }
+
+    #[test]
+    fn refused_calls_follow_the_listed_failures_and_their_count() {
+        let mut trace = Trace::default();
+        for i in 0..7 {
+            let call = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
+            trace.finish(call, Err("boom".into()), Instant::now());
+        }
+        trace.count_over_budget(7);
+        let summary = trace.summary().unwrap();
+        let lines: Vec<&str> = summary.lines().collect();
+        assert!(lines[0].starts_with("[tool calls: 8, 8 failed; "), "{summary}");
+        assert_eq!(lines.len(), 8, "{summary}");
+        assert_eq!(lines[6], "  ... 2 more failures");
+        assert!(lines[7].starts_with("  refused: 1 call: tool call budget exhausted: "), "{summary}");
     }
 
     #[test]
@@ -356,7 +385,7 @@ mod tests {
             let call = start(&mut trace, &format!("mcp__server__tool_{i}"), json!({"i": i}));
             trace.finish(call, Err("e".repeat(500)), Instant::now());
         }
-        trace.count_over_budget();
+        trace.count_over_budget(2000);
         let (listed, not_listed) = trace.listed();
         let listed = listed.as_array().unwrap().len();
         assert!(listed > 10 && listed < 100, "{listed}");

@@ -131,6 +131,14 @@ async fn the_tool_call_budget_is_enforced_by_the_server() {
     let text = run.expect_ok();
     assert!(text.contains("3 tool call budget exhausted: a program may make at most 3 tool calls"), "{text}");
     assert!(text.contains("[tool calls: 5, 2 failed; "), "{text}");
+    // The summary says why the two failed: one line for the calls refused for the budget.
+    assert!(
+        text.ends_with(
+            "\n  refused: 2 calls: tool call budget exhausted: a program may make at most 3 tool calls \
+             (execution.max_tool_calls)"
+        ),
+        "{text}"
+    );
     // Calls past the budget are counted, not listed.
     assert_eq!(run.structured()["tool_calls"].as_array().unwrap().len(), 3);
     assert_eq!(run.structured()["tool_calls_not_listed"], json!(2));
