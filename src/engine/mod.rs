@@ -10,6 +10,8 @@ mod pool;
 mod record;
 mod report;
 mod run;
+#[cfg(test)]
+mod testing;
 mod trace;
 #[cfg(test)]
 mod transcript;

@@ -132,6 +132,48 @@ impl Demand {
     }
 }
 
+/// One runner being started for the pool, counted in `starting` until this is dropped — when the runner is
+/// ready or failed, and also when its task panicked or was aborted, so that the count never strays.
+struct Start {
+    pool: Arc<RunnerPool>,
+    /// Handed to the pool when the start ends.
+    ready: Option<ReadyRunner>,
+}
+
+impl Start {
+    async fn run(mut self, delay: Duration) {
+        let pool = Arc::clone(&self.pool);
+        let start = async {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            start_ready(pool.backend.as_ref(), &pool.request, tokio::time::Instant::now() + POOL_START_TIMEOUT).await
+        };
+        tokio::select! {
+            started = start => match started {
+                Ok(runner) => self.ready = Some(runner),
+                Err(e) => tracing::warn!("could not start a runner for the pool: {e}"),
+            },
+            () = pool.closing.cancelled() => {}
+        }
+    }
+}
+
+impl Drop for Start {
+    fn drop(&mut self) {
+        let mut state = self.pool.state();
+        state.starting -= 1;
+        match self.ready.take() {
+            Some(runner) if !self.pool.closing.is_cancelled() => state.ready.push_back(runner),
+            // Dropping it (outside the lock) kills it and removes its scratch directory.
+            refused => {
+                drop(state);
+                drop(refused);
+            }
+        }
+    }
+}
+
 /// One run's share of the demand, from before it takes a runner until it is over; then the pool refills.
 pub struct Lease {
     pool: Arc<RunnerPool>,
@@ -211,28 +253,8 @@ impl RunnerPool {
         // Dropping a runner kills it and removes its scratch directory.
         drop(surplus);
         for _ in 0..missing {
-            let pool = Arc::clone(self);
-            self.starts.spawn(async move {
-                let start = async {
-                    if !delay.is_zero() {
-                        tokio::time::sleep(delay).await;
-                    }
-                    start_ready(pool.backend.as_ref(), &pool.request, tokio::time::Instant::now() + POOL_START_TIMEOUT)
-                        .await
-                };
-                let started = tokio::select! {
-                    started = start => Some(started),
-                    () = pool.closing.cancelled() => None,
-                };
-                let mut state = pool.state();
-                state.starting -= 1;
-                match started {
-                    // Dropped (killed) right away if the pool is closing.
-                    Some(Ok(runner)) if !pool.closing.is_cancelled() => state.ready.push_back(runner),
-                    Some(Err(e)) => tracing::warn!("could not start a runner for the pool: {e}"),
-                    _ => {}
-                }
-            });
+            let start = Start { pool: Arc::clone(self), ready: None };
+            self.starts.spawn(start.run(delay));
         }
     }
 
@@ -271,6 +293,22 @@ impl RunnerPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::testing::{Behaviour, FakeBackend};
+
+    #[tokio::test]
+    async fn a_start_that_panics_is_no_longer_counted_and_the_pool_starts_again() {
+        let backend = Arc::new(FakeBackend::new(Behaviour::Answers, Behaviour::Panics));
+        let request = SpawnRequest { limits: Default::default(), timeout: Duration::from_secs(1) };
+        let pool = RunnerPool::new(Arc::clone(&backend) as Arc<dyn SandboxBackend>, request, 1);
+        for attempt in 1..=2 {
+            pool.refill();
+            pool.starts.close();
+            pool.starts.wait().await;
+            pool.starts.reopen();
+            assert_eq!(pool.state().starting, 0, "attempt {attempt}");
+            assert_eq!(backend.spawns(), attempt, "a new start each time");
+        }
+    }
 
     #[test]
     fn demand_grows_with_concurrent_runs_up_to_the_cap_and_is_forgotten_after_a_while() {
