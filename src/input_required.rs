@@ -106,7 +106,7 @@ impl Parked {
         match event {
             Some(RunEvent::Done(report)) => Ok(render(&report)),
             Some(RunEvent::Ask { request, answer }) => {
-                let state = format!("{:032x}", fastrand::u128(..));
+                let state = new_state();
                 let input = approval_input(&request);
                 // The next request reports from here on: what this one may have reported is not sent again
                 // (progress must increase with each notification).
@@ -191,6 +191,14 @@ impl Approver for AskThroughResult {
     }
 }
 
+/// A fresh `requestState`: whoever holds it can answer for the run, so it is 128 bits from the OS's random
+/// source, never from a generator that one value (or the clock) gives away.
+fn new_state() -> String {
+    let mut bytes = [0; 16];
+    getrandom::fill(&mut bytes).expect("the OS's random source answers");
+    format!("{:032x}", u128::from_be_bytes(bytes))
+}
+
 fn approval_input(request: &ApprovalRequest) -> InputRequests {
     let params = ElicitRequestParams::FormElicitationParams {
         meta: None,
@@ -210,6 +218,16 @@ mod tests {
         let (answer, _) = oneshot::channel();
         let cancel = CancellationToken::new();
         (ParkedRun { code: code.into(), events, progress, answer, cancel: cancel.clone(), since }, cancel)
+    }
+
+    #[test]
+    fn states_come_from_the_os_not_from_a_generator_that_can_be_replayed() {
+        fastrand::seed(7);
+        let first = new_state();
+        fastrand::seed(7);
+        let second = new_state();
+        assert_ne!(first, second);
+        assert!(first.len() == 32 && first.chars().all(|c| c.is_ascii_hexdigit()), "{first}");
     }
 
     #[tokio::test]

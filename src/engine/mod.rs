@@ -248,6 +248,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn run_ids_come_from_the_os_not_from_a_generator_that_can_be_replayed() {
+        let id = || {
+            let report = RunReport::default();
+            let record = record::Started::now("s".into()).finish(
+                "",
+                ptc_backends::SandboxKind::None,
+                &report,
+                Default::default(),
+            );
+            let line: serde_json::Value = serde_json::from_slice(&record.audit_line(false)).unwrap();
+            line["run_id"].as_str().unwrap().to_string()
+        };
+        fastrand::seed(7);
+        let first = id();
+        fastrand::seed(7);
+        assert_ne!(first, id());
+    }
+
+    #[test]
     fn a_usable_sandbox_is_kept_and_an_unusable_one_is_probed_again_later() {
         let at = Instant::now();
         let probed = |availability| Probed { availability, at };

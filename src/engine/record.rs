@@ -22,7 +22,12 @@ pub(super) struct Started {
 
 impl Started {
     pub fn now(session: String) -> Self {
-        Started { id: format!("{:016x}", fastrand::u64(..)), session, time: SystemTime::now(), at: Instant::now() }
+        Started {
+            id: format!("{:016x}", getrandom::u64().expect("the OS's random source answers")),
+            session,
+            time: SystemTime::now(),
+            at: Instant::now(),
+        }
     }
 
     pub fn finish<'a>(
