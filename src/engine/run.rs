@@ -2,23 +2,23 @@
 //! untrusted: budgets, limits and the trace are decided here, and what the server keeps of what it reads is
 //! bounded whatever the program sends.
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ptc_backends::ExitInfo;
 use ptc_backends::protocol::{FromRunner, ProgramError, ToRunner};
+use ptc_backends::{ExitInfo, RunnerControl};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::RunProgress;
 use super::approval::{Approval, ApprovalRequest};
 use super::attachments::Attachments;
-use super::deadline::Deadline;
+use super::expiry::{Expired, Expiry};
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport};
@@ -26,7 +26,7 @@ use super::trace::{Trace, budget_exhausted, shorten};
 use super::trim;
 use crate::config::ExecutionConfig;
 use crate::discovery::{InspectRequest, ListRequest};
-use crate::lines::Line;
+use crate::lines::{Line, LineReader};
 use crate::precheck;
 use crate::registry::{CallResult, Registry};
 
@@ -56,16 +56,13 @@ pub(super) struct RunContext<'a> {
     pub registry: &'a Arc<Registry>,
     pub settings: &'a ExecutionConfig,
     pub code: &'a str,
-    /// The time limit, which stands still while an approval is awaited.
-    pub deadline: Deadline,
-    /// The client's cancellation of this request.
-    pub cancel: CancellationToken,
+    /// The run's time limit (which stands still while an approval is awaited), the client's cancel and the
+    /// server's shutdown.
+    pub expiry: Expiry,
     /// Told each time a tool call finishes.
     pub progress: Option<watch::Sender<RunProgress>>,
     /// Which calls need approval, and who is asked.
     pub approval: Option<Approval>,
-    /// The server is shutting down.
-    pub stopping: &'a CancellationToken,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
     pub cleanups: &'a TaskTracker,
 }
@@ -98,11 +95,42 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     reader.set_max_len(max_line(cx.settings));
     let mut run = RunState::new(&cx, lines_tx);
 
+    let ending = match cx.expiry.race(send_program(&cx, &run.lines_tx)).await {
+        Ok(()) => serve(&mut run, &mut reader, control.as_mut(), &cx).await,
+        Err(expired) => expired.into(),
+    };
+
+    run.work.abort_all();
+    writer.abort();
+    // Everything the run started is killed now; reaping it and removing its scratch directory or container
+    // take milliseconds that the result does not wait for.
+    control.start_kill();
+    cx.cleanups.spawn(async move {
+        control.kill().await;
+        // Dropping it removes the scratch directory, which a program may have filled with many files: not on
+        // the runtime's thread (the stdio server has only one).
+        let _ = tokio::task::spawn_blocking(move || drop(control)).await;
+    });
+    run.into_report(ending, cx.settings)
+}
+
+impl From<Expired> for Ending {
+    fn from(expired: Expired) -> Self {
+        match expired {
+            Expired::Timeout => Ending::Timeout,
+            Expired::Cancelled => Ending::Cancelled,
+            Expired::Stopped => Ending::Stopped,
+        }
+    }
+}
+
+/// Hands the runner its program, with the tools it may call.
+async fn send_program(cx: &RunContext<'_>, lines_tx: &mpsc::Sender<Outgoing>) {
     let catalog = cx.registry.catalog();
     let down = cx.registry.unavailable_prefixes();
     // The runner's check only where the server's cannot prove every tool call sound (src/precheck).
     let runner_checks = cx.settings.precheck && !precheck::proves_sound(cx.code, &catalog).await;
-    let start = ToRunner::Run {
+    let program = ToRunner::Run {
         code: cx.code,
         tools: catalog.runner_tools(),
         not_callable: &catalog.refused,
@@ -110,16 +138,23 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
         precheck: runner_checks,
         max_output_bytes: cx.settings.max_output_bytes,
     };
-    let _ = run.lines_tx.send(vec![start.to_line()]).await;
-    drop(catalog);
+    let _ = lines_tx.send(vec![program.to_line()]).await;
+}
+
+/// The protocol loop: serves the runner until the program is done, the run's expiry, or the runner breaks
+/// the protocol or exits.
+async fn serve(
+    run: &mut RunState<'_>,
+    reader: &mut LineReader<Pin<Box<dyn AsyncRead + Send>>>,
+    control: &mut dyn RunnerControl,
+    cx: &RunContext<'_>,
+) -> Ending {
     let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
     let mut channel_open = true;
-    let ending = loop {
+    loop {
         tokio::select! {
             biased;
-            () = cx.cancel.cancelled() => break Ending::Cancelled,
-            () = cx.stopping.cancelled() => break Ending::Stopped,
-            () = cx.deadline.expired() => break Ending::Timeout,
+            expired = cx.expiry.expired() => break expired.into(),
             Some(_) = run.work.join_next(), if !run.work.is_empty() => {}
             info = control.wait(), if exited.is_none() => {
                 if !channel_open {
@@ -159,20 +194,7 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
                 Err(e) => break Ending::Broken(e.to_string()),
             },
         }
-    };
-
-    run.work.abort_all();
-    writer.abort();
-    // Everything the run started is killed now; reaping it and removing its scratch directory or container
-    // take milliseconds that the result does not wait for.
-    control.start_kill();
-    cx.cleanups.spawn(async move {
-        control.kill().await;
-        // Dropping it removes the scratch directory, which a program may have filled with many files: not on
-        // the runtime's thread (the stdio server has only one).
-        let _ = tokio::task::spawn_blocking(move || drop(control)).await;
-    });
-    run.into_report(ending, cx.settings)
+    }
 }
 
 /// What the loop keeps while the program runs.
@@ -189,7 +211,7 @@ struct RunState<'a> {
     trace: Arc<Mutex<Trace>>,
     progress: Option<watch::Sender<RunProgress>>,
     approval: Option<Arc<Approval>>,
-    deadline: Deadline,
+    expiry: Expiry,
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
     slots: Arc<Semaphore>,
@@ -209,7 +231,7 @@ impl<'a> RunState<'a> {
             trace: Arc::default(),
             progress: cx.progress.clone(),
             approval: cx.approval.clone().map(Arc::new),
-            deadline: cx.deadline.clone(),
+            expiry: cx.expiry.clone(),
             work: JoinSet::new(),
             slots: Arc::new(Semaphore::new(cx.settings.max_concurrent_calls)),
             attachments: Arc::new(Mutex::new(Attachments::new(
@@ -299,7 +321,7 @@ impl<'a> RunState<'a> {
             (Arc::clone(self.registry), Arc::clone(&self.trace), Arc::clone(&self.slots), self.lines_tx.clone());
         let progress = self.progress.clone();
         let approval = self.approval.clone().filter(|approval| approval.needed_for(&tool));
-        let deadline = self.deadline.clone();
+        let expiry = self.expiry.clone();
         let attachments = Arc::clone(&self.attachments);
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
@@ -307,7 +329,7 @@ impl<'a> RunState<'a> {
                 Some(approval) => {
                     let request = ApprovalRequest { tool: tool.clone(), arguments: args.clone(), line };
                     // The run's time limit stands still while a person decides.
-                    let _paused = deadline.pause();
+                    let _paused = expiry.pause();
                     approval.ask(&request).await
                 }
                 None => Ok(()),
@@ -440,7 +462,7 @@ fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<
 /// A line to the runner, in the parts it was built in (see [`ToRunner::success_parts`]).
 type Outgoing = Vec<Vec<u8>>;
 
-async fn write_lines(mut to_runner: std::pin::Pin<Box<dyn AsyncWrite + Send>>, mut lines: mpsc::Receiver<Outgoing>) {
+async fn write_lines(mut to_runner: Pin<Box<dyn AsyncWrite + Send>>, mut lines: mpsc::Receiver<Outgoing>) {
     while let Some(mut parts) = lines.recv().await {
         // Whatever else is ready goes out with it.
         while let Ok(more) = lines.try_recv() {

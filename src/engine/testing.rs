@@ -1,4 +1,5 @@
-//! A sandbox backend for the engine's unit tests, whose probe and runner starts misbehave as a test asks.
+//! A sandbox backend for the engine's unit tests, whose probe and runner starts misbehave as a test asks:
+//! they hang (a Docker engine that accepts and never answers) or panic.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -8,6 +9,7 @@ use ptc_backends::{Availability, RunnerProcess, SandboxBackend, SandboxKind, Spa
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {
     Answers,
+    Hangs,
     Panics,
 }
 
@@ -33,6 +35,7 @@ impl FakeBackend {
 async fn behave(behaviour: Behaviour) {
     match behaviour {
         Behaviour::Answers => {}
+        Behaviour::Hangs => std::future::pending().await,
         Behaviour::Panics => panic!("the fake backend panics, as asked"),
     }
 }

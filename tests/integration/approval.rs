@@ -21,8 +21,14 @@ fn confirm_config(execution: &str, tools: &str) -> String {
 
 /// Runs PROGRAM through the SDK client on stdio with `client_args` (e.g. `--elicit accept`); the report.
 async fn over_stdio(config_text: &str, client_args: &[&str]) -> Option<Value> {
+    run_over_stdio(PROGRAM, config_text, client_args).await
+}
+
+/// [`over_stdio`] with another program.
+async fn run_over_stdio(code: &str, config_text: &str, client_args: &[&str]) -> Option<Value> {
     let (_dir, server) = stdio_server(config_text);
-    let args = ["--protocol", "2025-11-25", "--code", PROGRAM].iter().chain(client_args).map(std::ffi::OsString::from);
+    let first = ["--protocol", "2025-11-25", "--code", code];
+    let args = first.iter().chain(client_args).map(std::ffi::OsString::from);
     sdk_client_report(args.chain(server)).await
 }
 
@@ -85,6 +91,25 @@ async fn the_time_limit_stands_still_while_the_user_thinks_and_the_wait_is_bound
         output.starts_with("ToolError: 'mcp__mock__add' was not approved within 1s (tools.confirm_timeout_seconds)"),
         "{output}"
     );
+}
+
+#[apply(integration_test!)]
+async fn waits_for_approval_extend_a_run_by_confirm_timeout_seconds_at_most_in_all() {
+    // A program that always has an approval pending: each wait (1 s, then a ToolError) is within
+    // confirm_timeout_seconds, all of them together are not. The run gets 5 s plus 1 s of waits.
+    let nagging = "while True:\n    try:\n        await mcp__mock__add(a=1, b=2)\n    except ToolError:\n        pass";
+    let config = confirm_config("  timeout_seconds: 5\n", "  confirm_timeout_seconds: 1\n");
+    let client = ["--elicit", "accept", "--elicit-delay", "30", "--timeout", "20"];
+    let Some(report) = run_over_stdio(nagging, &config, &client).await else { return };
+    let text = report["execute"]["text"].as_str().unwrap_or_default();
+    if text.contains("SandboxError") {
+        let _ = sandbox_unusable(text);
+        return;
+    }
+    assert!(text.starts_with("[Script execution failed]\nTimeoutError: Execution exceeded 5s limit"), "{report}");
+    // Each call waited its 1 s, and the run lasted 6 s at most (a client still waiting fails the report).
+    let calls = report["execute"]["structured"]["tool_calls"].as_array().unwrap().len();
+    assert!((1..=7).contains(&calls), "{calls} calls waited: {report}");
 }
 
 #[apply(integration_test!)]
