@@ -98,7 +98,7 @@ impl PtcServer {
             let render = |report: &RunReport| execute_result(report, trace).into();
             return match self.parked.execute(&self.engine, resume, session_of(context), context, render).await {
                 Ok(response) => response,
-                Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]).into(),
+                Err(why) => CallToolResult::error(vec![ContentBlock::text(why.to_string())]).into(),
             };
         }
         let (progress, reporter) = Reporter::start(context).unzip();

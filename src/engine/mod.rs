@@ -29,7 +29,7 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use crate::audit::AuditLog;
 use crate::config::ExecutionConfig;
 use crate::registry::Registry;
-pub use approval::{ApprovalRequest, Approver, ConfirmPolicy};
+pub use approval::{ApprovalRequest, Approver, ConfirmPolicy, Refusal};
 use expiry::{Expired, Expiry};
 pub use record::RunRecord;
 pub use report::{Outcome, RunReport};

@@ -168,7 +168,7 @@ mod tests {
         let ok = report.trace.start("mcp__s__ok", &Map::new(), 2);
         report.trace.finish(ok, Ok(17), Instant::now());
         let failed = report.trace.start("mcp__s__bad", &Map::new(), 2);
-        report.trace.finish(failed, Err("boom".into()), Instant::now());
+        report.trace.finish(failed, Err("boom"), Instant::now());
         let value = line(&report, false);
         let keys: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(

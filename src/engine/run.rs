@@ -310,7 +310,7 @@ impl<'a> RunState<'a> {
                  (max_tool_result_bytes, at most 16 MiB); pass a reference (a path, an id) instead of the data",
                 max_arguments(self.settings)
             );
-            trace.finish(index, Err(error.clone()), Instant::now());
+            trace.finish(index, Err(&error), Instant::now());
             drop(trace);
             report_progress(self.progress.as_ref(), &tool);
             self.reply(ToRunner::failure(id, &error).to_line());
@@ -339,7 +339,8 @@ impl<'a> RunState<'a> {
                     let _slot = slots.acquire_owned().await;
                     registry.call(&tool, args, timeout, max_result).await
                 }
-                Err(refused) => Err(refused),
+                // Its words are the program's ToolError.
+                Err(refused) => Err(refused.to_string()),
             };
             // The result is moved into its line, not copied: a large one is held once while it is sent.
             let (line, ended) = match result {
@@ -358,6 +359,7 @@ impl<'a> RunState<'a> {
             let large = matches!(ended, Ok(len) if len >= trim::AFTER_BYTES);
             // Recorded before the program can see the result: a call it got an answer to is never reported
             // as cancelled.
+            let ended = ended.as_ref().copied().map_err(String::as_str);
             trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, ended, Instant::now());
             report_progress(progress.as_ref(), &tool);
             let _ = lines_tx.send(line).await;

@@ -100,9 +100,9 @@ impl Trace {
         self.budget = budget;
     }
 
-    /// Records how call `index` ended, at `ended`: the size of its result, or its error. A call already
-    /// marked cancelled stays so.
-    pub fn finish(&mut self, index: usize, result: Result<usize, String>, ended: Instant) {
+    /// Records how call `index` ended, at `ended`: the size of its result, or the error the program got. A
+    /// call already marked cancelled stays so.
+    pub fn finish(&mut self, index: usize, result: Result<usize, &str>, ended: Instant) {
         let Some(call) = self.calls.get_mut(index).filter(|call| call.status == CallStatus::InFlight) else {
             return;
         };
@@ -113,7 +113,7 @@ impl Trace {
             }
             Err(error) => {
                 call.status = CallStatus::Failed;
-                call.error = Some(shorten(&error, MAX_KEPT_ERROR));
+                call.error = Some(shorten(error, MAX_KEPT_ERROR));
             }
         }
         call.duration = Some(ended.saturating_duration_since(call.started));
@@ -283,7 +283,7 @@ mod tests {
         trace.finish(ok, Ok(2), Instant::now());
         for i in 0..7 {
             let i = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
-            trace.finish(i, Err("boom".into()), Instant::now());
+            trace.finish(i, Err("boom"), Instant::now());
         }
         let summary = trace.summary().unwrap();
         let lines: Vec<&str> = summary.lines().collect();
@@ -336,7 +336,7 @@ mod tests {
         let mut trace = Trace::default();
         for i in 0..7 {
             let call = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
-            trace.finish(call, Err("boom".into()), Instant::now());
+            trace.finish(call, Err("boom"), Instant::now());
         }
         trace.count_over_budget(7);
         let summary = trace.summary().unwrap();
@@ -351,7 +351,7 @@ mod tests {
     fn long_errors_are_shortened_in_the_trace_and_more_in_the_summary() {
         let mut trace = Trace::default();
         let i = start(&mut trace, "t", json!({}));
-        trace.finish(i, Err("é".repeat(5000)), Instant::now());
+        trace.finish(i, Err(&"é".repeat(5000)), Instant::now());
         assert!(trace.calls()[0].error.as_ref().unwrap().len() <= MAX_KEPT_ERROR);
         let summary = trace.summary().unwrap();
         let line = summary.lines().nth(1).unwrap();
@@ -383,7 +383,7 @@ mod tests {
         let mut trace = Trace::default();
         for i in 0..2000 {
             let call = start(&mut trace, &format!("mcp__server__tool_{i}"), json!({"i": i}));
-            trace.finish(call, Err("e".repeat(500)), Instant::now());
+            trace.finish(call, Err(&"e".repeat(500)), Instant::now());
         }
         trace.count_over_budget(2000);
         let (listed, not_listed) = trace.listed();

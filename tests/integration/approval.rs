@@ -150,6 +150,43 @@ async fn a_2026_client_cannot_resume_with_a_state_it_was_not_given() {
 }
 
 #[apply(integration_test!)]
+async fn a_parked_run_whose_client_never_comes_back_frees_its_slot_when_its_time_is_up() {
+    // One run slot. A 2026 client's run asks for approval, is parked, and its client never comes back; the
+    // program keeps asking. Another client's run gets the slot once the parked run's time is up (1 s to
+    // answer and a short margin), long before the parked run's own limit (30 s).
+    let token = "approval-test-token-0123456789";
+    let http = format!("    token: {token}\n    max_concurrent_runs: 1\n");
+    let config = confirm_config("  timeout_seconds: 30\n", "  confirm_timeout_seconds: 1\n");
+    let ptc = HttpPtc::start(&config, &http).await;
+    let call = |id: u32, code: &str| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "execute_program", "arguments": {"code": code},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+                      "io.modelcontextprotocol/clientCapabilities": {}}}})
+        .to_string()
+    };
+    let authorization = format!("Bearer {token}");
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "execute_program"),
+        ("Authorization", authorization.as_str()),
+    ];
+    let nagging = "while True:\n    try:\n        await mcp__mock__add(a=1, b=2)\n    except ToolError:\n        pass";
+    let (status, parked) = crate::http::raw(ptc.port(), "/mcp", &headers, &call(1, nagging)).await;
+    if parked.contains("SandboxError") {
+        let _ = sandbox_unusable(&parked);
+        return;
+    }
+    assert!(status == 200 && parked.contains("requestState"), "{parked}");
+    let started = std::time::Instant::now();
+    let (status, second) = crate::http::raw(ptc.port(), "/mcp", &headers, &call(2, "print('second')")).await;
+    assert!(status == 200 && second.contains("[Script executed successfully]\\nsecond"), "{second}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "the slot freed after {:?}", started.elapsed());
+}
+
+#[apply(integration_test!)]
 async fn ptc_mcp_run_cannot_ask_anyone_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.yaml"), confirm_config("", "")).unwrap();
