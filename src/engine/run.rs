@@ -26,7 +26,7 @@ use super::trace::{Trace, budget_exhausted, shorten};
 use super::trim;
 use crate::config::ExecutionConfig;
 use crate::discovery::{InspectRequest, ListRequest};
-use crate::lines::{Line, LineReader};
+use crate::lines::{Line, LineReader, ReadError};
 use crate::precheck;
 use crate::registry::{CallResult, Registry};
 
@@ -74,8 +74,33 @@ enum Ending {
     Cancelled,
     Stopped,
     /// The runner (or the program, through the channel fd) sent something that breaks the protocol.
-    Broken(String),
+    Broken(Breach),
     Exited(ExitInfo),
+}
+
+/// How the runner (or the program, through the channel fd) broke the protocol.
+#[derive(Debug, thiserror::Error)]
+enum Breach {
+    #[error("an invalid message ({0})")]
+    Invalid(serde_json::Error),
+    #[error("a message of {len} bytes, more than the {max} bytes a message may have")]
+    TooLong { len: usize, max: usize },
+    #[error("a second ready message")]
+    SecondReady,
+    #[error("a tool name of {0} bytes")]
+    LongToolName(usize),
+    #[error(transparent)]
+    Read(ReadError),
+}
+
+/// Why a helper call failed: the program's `ToolError`.
+#[derive(Debug, thiserror::Error)]
+enum HelperError {
+    /// Its arguments, as the MCP tool of the same name judges them.
+    #[error("{0}")]
+    Arguments(String),
+    #[error("unknown helper '{0}'")]
+    Unknown(String),
 }
 
 /// The most a program may pass to one call: `max_tool_result_bytes`, at most [`MAX_ARGUMENT_BYTES`].
@@ -172,18 +197,15 @@ async fn serve(
                     match message {
                         Ok(FromRunner::Done { error }) => break Ending::Done(error),
                         Ok(message) => {
-                            if let Err(why) = run.handle(message) {
-                                break Ending::Broken(why);
+                            if let Err(breach) = run.handle(message) {
+                                break Ending::Broken(breach);
                             }
                         }
-                        Err(e) => break Ending::Broken(format!("an invalid message ({e})")),
+                        Err(e) => break Ending::Broken(Breach::Invalid(e)),
                     }
                 }
                 Ok(Line::TooLong { len, .. }) => {
-                    break Ending::Broken(format!(
-                        "a message of {len} bytes, more than the {} bytes a message may have",
-                        max_line(cx.settings)
-                    ));
+                    break Ending::Broken(Breach::TooLong { len, max: max_line(cx.settings) });
                 }
                 // The program closed its channel: the run goes on until the interpreter exits (within the
                 // deadline and the client's cancel, like everything here).
@@ -191,7 +213,7 @@ async fn serve(
                     Some((info, _)) => break Ending::Exited(info),
                     None => channel_open = false,
                 },
-                Err(e) => break Ending::Broken(e.to_string()),
+                Err(e) => break Ending::Broken(Breach::Read(e)),
             },
         }
     }
@@ -254,7 +276,7 @@ impl<'a> RunState<'a> {
     }
 
     /// Answers one message from the runner. `Err` means the message breaks the protocol.
-    fn handle(&mut self, message: FromRunner) -> Result<(), String> {
+    fn handle(&mut self, message: FromRunner) -> Result<(), Breach> {
         match message {
             FromRunner::Output { data } => self.output.push(&data),
             FromRunner::Emit { value } => {
@@ -272,7 +294,7 @@ impl<'a> RunState<'a> {
             FromRunner::Helper { id, name, args } => {
                 let line = match helper(self.registry, &name, &args) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
-                    Err(error) => ToRunner::failure(id, &error).to_line(),
+                    Err(error) => ToRunner::failure(id, &error.to_string()).to_line(),
                 };
                 self.reply(line);
             }
@@ -280,19 +302,19 @@ impl<'a> RunState<'a> {
                 let answer = self.attachments().show(call, &blocks.0);
                 let line = match answer.map(|value| to_raw_value(&value).expect("answers serialise")) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
-                    Err(error) => ToRunner::failure(id, &error).to_line(),
+                    Err(error) => ToRunner::failure(id, &error.to_string()).to_line(),
                 };
                 self.reply(line);
             }
-            FromRunner::Ready { .. } => return Err("a second ready message".to_string()),
+            FromRunner::Ready { .. } => return Err(Breach::SecondReady),
             FromRunner::Done { .. } => unreachable!("done ends the loop before handle"),
         }
         Ok(())
     }
 
-    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>, line: Option<u32>) -> Result<(), String> {
+    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>, line: Option<u32>) -> Result<(), Breach> {
         if tool.len() > MAX_TOOL_NAME {
-            return Err(format!("a tool name of {} bytes", tool.len()));
+            return Err(Breach::LongToolName(tool.len()));
         }
         let mut trace = self.trace();
         if trace.calls().len() >= self.settings.max_tool_calls {
@@ -451,12 +473,17 @@ fn json_size<T: serde::Serialize>(value: &T) -> usize {
 
 /// The introspection helpers available inside programs (not counted against budgets); they take the
 /// arguments of the MCP tools of the same names.
-fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<Box<RawValue>, String> {
+fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<Box<RawValue>, HelperError> {
     let value = match name {
-        "list_callable_tools" => ListRequest::parse(args)?.list(&registry.catalog()).into_value(),
-        "inspect_tool" => InspectRequest::parse(args)?.inspect(&registry.catalog())?.into_value(),
+        "list_callable_tools" => {
+            ListRequest::parse(args).map_err(HelperError::Arguments)?.list(&registry.catalog()).into_value()
+        }
+        "inspect_tool" => InspectRequest::parse(args)
+            .and_then(|request| request.inspect(&registry.catalog()))
+            .map_err(HelperError::Arguments)?
+            .into_value(),
         "server_status" => serde_json::to_value(registry.statuses()).expect("statuses serialise"),
-        other => return Err(format!("unknown helper '{}'", shorten(other, MAX_TOOL_NAME))),
+        other => return Err(HelperError::Unknown(shorten(other, MAX_TOOL_NAME))),
     };
     Ok(to_raw_value(&value).expect("helper values serialise"))
 }
