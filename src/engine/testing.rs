@@ -16,8 +16,7 @@ pub enum Behaviour {
 pub struct FakeBackend {
     probe: Behaviour,
     spawn: Behaviour,
-    /// Runner starts asked for so far.
-    pub spawns: AtomicUsize,
+    spawns: AtomicUsize,
 }
 
 impl FakeBackend {
@@ -27,6 +26,7 @@ impl FakeBackend {
         FakeBackend { probe, spawn, spawns: AtomicUsize::new(0) }
     }
 
+    /// Runner starts asked for so far.
     pub fn spawns(&self) -> usize {
         self.spawns.load(Ordering::SeqCst)
     }
