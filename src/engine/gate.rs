@@ -50,10 +50,7 @@ impl RunGate {
                 Outcome::Cancelled,
                 "ExecutionError: the client cancelled the run while it waited for a slot".into(),
             )),
-            Err(Expired::Stopped) => Err(RunReport::failed(
-                Outcome::Killed,
-                "ExecutionError: the server is shutting down; the run was not started".into(),
-            )),
+            Err(Expired::Stopped) => Err(RunReport::stopped_before_start()),
         }
     }
 

@@ -214,10 +214,7 @@ impl Engine {
                 Outcome::Cancelled,
                 "ExecutionError: the client cancelled the run before the program started".into(),
             ),
-            Expired::Stopped => RunReport::failed(
-                Outcome::Killed,
-                "ExecutionError: the server is shutting down; the run was not started".into(),
-            ),
+            Expired::Stopped => RunReport::stopped_before_start(),
         }
     }
 }

@@ -58,6 +58,14 @@ impl RunReport {
         RunReport { outcome, error: Some(error), ..RunReport::default() }
     }
 
+    /// A run that the server's shutdown kept from starting.
+    pub fn stopped_before_start() -> Self {
+        RunReport::failed(
+            Outcome::Killed,
+            "ExecutionError: the server is shutting down; the run was not started".into(),
+        )
+    }
+
     pub fn ok(&self) -> bool {
         self.outcome == Outcome::Ok
     }
