@@ -9,10 +9,7 @@ use async_trait::async_trait;
 use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
 use rmcp::service::{Peer, RequestContext, RoleServer};
 
-use crate::engine::{ApprovalRequest, Approver};
-
-/// The `ToolError` message of a call the person declined (or dismissed).
-pub const DECLINED: &str = "declined by the user";
+use crate::engine::{ApprovalRequest, Approver, Refusal};
 
 /// How this request's client can be asked.
 enum ClientApprover {
@@ -29,13 +26,9 @@ pub fn approver_for(context: &RequestContext<RoleServer>) -> Arc<dyn Approver> {
 
 #[async_trait]
 impl Approver for ClientApprover {
-    async fn approve(&self, request: &ApprovalRequest) -> Result<(), String> {
-        let tool = &request.tool;
+    async fn approve(&self, request: &ApprovalRequest) -> Result<(), Refusal> {
         let ClientApprover::Elicit(peer) = self else {
-            return Err(format!(
-                "'{tool}' needs the user's approval (tools.confirm), but this client does not support MCP \
-                 elicitation: enable elicitation in the client, or call the tool directly"
-            ));
+            return Err(Refusal::CannotElicit { tool: request.tool.clone() });
         };
         let params = ElicitRequestParams::FormElicitationParams {
             meta: None,
@@ -44,10 +37,8 @@ impl Approver for ClientApprover {
         };
         match peer.create_elicitation(params).await {
             Ok(answer) if answer.action == ElicitationAction::Accept => Ok(()),
-            Ok(_) => Err(DECLINED.to_string()),
-            Err(e) => {
-                Err(format!("'{tool}' needs the user's approval (tools.confirm), but asking the client failed: {e}"))
-            }
+            Ok(_) => Err(Refusal::Declined),
+            Err(e) => Err(Refusal::AskFailed { tool: request.tool.clone(), source: Box::new(e) }),
         }
     }
 }

@@ -2,8 +2,9 @@
 //! user's approval answers `execute_program` with an `input_required` result (an elicitation and an opaque
 //! `requestState`), and goes on waiting; the client asks its user and sends `execute_program` again with the
 //! answer and the state, which resumes the run where it waits. The run lives on between the two requests,
-//! parked here under its state (128 random bits, never derived from the program); a parked run the client
-//! does not come back for within `confirm_timeout_seconds` and a minute is cancelled and forgotten.
+//! parked here under its state (128 random bits, never derived from the program). A parked run the client
+//! does not come back for within `confirm_timeout_seconds` and a few seconds is cancelled and forgotten then,
+//! by a timer of its own: it holds a run slot until it ends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,17 +17,17 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
-use crate::elicit::DECLINED;
-use crate::engine::{ApprovalRequest, Approver, Caller, Engine, RunProgress, RunReport};
+use crate::engine::{ApprovalRequest, Approver, Caller, Engine, Refusal, RunProgress, RunReport};
 use crate::progress::Reporter;
 
 /// The key of the one input request an `input_required` result carries.
 const APPROVAL_KEY: &str = "approval";
-/// How long past the approval timeout a parked run is kept for its client.
-const EXPIRY_MARGIN: Duration = Duration::from_secs(60);
+/// How long past the approval timeout a parked run is kept for its client: time for an answer given at the
+/// last moment to arrive.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 
 /// Whether this request's run asks through `input_required`: a 2026-07-28 client, and calls to approve.
 pub fn applies(context: &RequestContext<RoleServer>, engine: &Engine) -> bool {
@@ -43,17 +44,29 @@ enum RunEvent {
 /// A run waiting for its client to come back with an answer.
 struct ParkedRun {
     code: String,
-    events: mpsc::Receiver<RunEvent>,
-    progress: watch::Receiver<RunProgress>,
+    run: Run,
     answer: oneshot::Sender<bool>,
-    cancel: CancellationToken,
-    since: Instant,
+    /// Cancels and forgets the run when its client is late; stopped when it comes back.
+    _expiry: AbortOnDropHandle<()>,
 }
+
+type Runs = Arc<Mutex<HashMap<String, ParkedRun>>>;
 
 /// The runs parked for their clients, shared by every session and request.
 #[derive(Default)]
 pub struct Parked {
-    runs: Mutex<HashMap<String, ParkedRun>>,
+    runs: Runs,
+}
+
+/// Why a request could not resume a run: the text of its error result.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error("requestState belongs to another program: send the same code with it")]
+    OtherProgram,
+    #[error("requestState names no run waiting for an answer (it ended, or expired); run the program again")]
+    NoSuchRun,
+    #[error("ExecutionError: the run ended without a result")]
+    NoResult,
 }
 
 /// The request's part of the conversation.
@@ -65,8 +78,8 @@ pub struct Resume<'a> {
 
 impl Parked {
     /// Runs `code`, or resumes the run `request_state` names with the answer in `input_responses`, until it
-    /// ends (the result) or asks for an approval (an `input_required` result). `Err` is a message for an
-    /// error result (an unknown or expired state).
+    /// ends (the result) or asks for an approval (an `input_required` result). `Err` is for an error result
+    /// (an unknown or expired state).
     pub async fn execute(
         &self,
         engine: &Arc<Engine>,
@@ -74,8 +87,7 @@ impl Parked {
         session: String,
         context: &RequestContext<RoleServer>,
         render: impl Fn(&RunReport) -> CallToolResponse,
-    ) -> Result<CallToolResponse, String> {
-        self.sweep(engine);
+    ) -> Result<CallToolResponse, ResumeError> {
         let Run { mut events, mut progress, cancel } = match resume.request_state {
             None => start(engine, resume.code, session),
             Some(state) => {
@@ -88,7 +100,7 @@ impl Parked {
                     .is_some_and(|action| action == "accept");
                 // The run may have stopped waiting (the approval timed out): it has moved on without it.
                 let _ = parked.answer.send(accepted);
-                Run { events: parked.events, progress: parked.progress, cancel: parked.cancel }
+                parked.run
             }
         };
         // Each request reports the progress made while it waits.
@@ -106,48 +118,50 @@ impl Parked {
         match event {
             Some(RunEvent::Done(report)) => Ok(render(&report)),
             Some(RunEvent::Ask { request, answer }) => {
-                let state = format!("{:032x}", fastrand::u128(..));
                 let input = approval_input(&request);
                 // The next request reports from here on: what this one may have reported is not sent again
                 // (progress must increase with each notification).
                 progress.borrow_and_update();
-                let code = resume.code.to_string();
-                let parked = ParkedRun { code, events, progress, answer, cancel, since: Instant::now() };
-                self.runs.lock().unwrap_or_else(|e| e.into_inner()).insert(state.clone(), parked);
+                let run = Run { events, progress, cancel };
+                let keep_for = engine.confirm_timeout().unwrap_or_default() + EXPIRY_MARGIN;
+                let state = self.park(resume.code.to_string(), run, answer, keep_for);
                 Ok(InputRequiredResult::new(Some(input), Some(state)).into())
             }
-            None => Err("ExecutionError: the run ended without a result".to_string()),
+            None => Err(ResumeError::NoResult),
         }
     }
 
-    fn take(&self, state: &str, code: &str) -> Result<ParkedRun, String> {
-        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+    /// Keeps `run` for its client under a new state (returned) for `keep_for`; then cancels and forgets it.
+    fn park(&self, code: String, run: Run, answer: oneshot::Sender<bool>, keep_for: Duration) -> String {
+        let state = new_state();
+        let (runs, key) = (Arc::clone(&self.runs), state.clone());
+        let expiry = tokio::spawn(async move {
+            tokio::time::sleep(keep_for).await;
+            let expired = lock(&runs).remove(&key);
+            if let Some(parked) = expired {
+                parked.run.cancel.cancel();
+            }
+        });
+        let parked = ParkedRun { code, run, answer, _expiry: AbortOnDropHandle::new(expiry) };
+        lock(&self.runs).insert(state.clone(), parked);
+        state
+    }
+
+    fn take(&self, state: &str, code: &str) -> Result<ParkedRun, ResumeError> {
+        let mut runs = lock(&self.runs);
         match runs.remove(state) {
             Some(parked) if parked.code == code => Ok(parked),
             Some(parked) => {
                 runs.insert(state.to_string(), parked);
-                Err("requestState belongs to another program: send the same code with it".to_string())
+                Err(ResumeError::OtherProgram)
             }
-            None => Err("requestState names no run waiting for an answer (it ended, or expired); run the program \
-                         again"
-                .to_string()),
+            None => Err(ResumeError::NoSuchRun),
         }
     }
+}
 
-    /// Cancels and forgets the runs whose clients did not come back in time.
-    fn sweep(&self, engine: &Engine) {
-        self.sweep_older_than(engine.confirm_timeout().unwrap_or_default() + EXPIRY_MARGIN);
-    }
-
-    fn sweep_older_than(&self, expiry: Duration) {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, parked| {
-            let keep = parked.since.elapsed() < expiry;
-            if !keep {
-                parked.cancel.cancel();
-            }
-            keep
-        });
-    }
+fn lock(runs: &Runs) -> std::sync::MutexGuard<'_, HashMap<String, ParkedRun>> {
+    runs.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A run under way, as the requests that follow it see it.
@@ -179,16 +193,24 @@ struct AskThroughResult {
 
 #[async_trait]
 impl Approver for AskThroughResult {
-    async fn approve(&self, request: &ApprovalRequest) -> Result<(), String> {
+    async fn approve(&self, request: &ApprovalRequest) -> Result<(), Refusal> {
         let (answer, answered) = oneshot::channel();
-        let gone = || format!("'{}' needs the user's approval (tools.confirm), but the client went away", request.tool);
+        let gone = || Refusal::ClientGone { tool: request.tool.clone() };
         self.events.send(RunEvent::Ask { request: request.clone(), answer }).await.map_err(|_| gone())?;
         match answered.await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(DECLINED.to_string()),
+            Ok(false) => Err(Refusal::Declined),
             Err(_) => Err(gone()),
         }
     }
+}
+
+/// A fresh `requestState`: whoever holds it can answer for the run, so it is 128 bits from the OS's random
+/// source, never from a generator that one value (or the clock) gives away.
+fn new_state() -> String {
+    let mut bytes = [0; 16];
+    getrandom::fill(&mut bytes).expect("the OS's random source answers");
+    format!("{:032x}", u128::from_be_bytes(bytes))
 }
 
 fn approval_input(request: &ApprovalRequest) -> InputRequests {
@@ -204,35 +226,50 @@ fn approval_input(request: &ApprovalRequest) -> InputRequests {
 mod tests {
     use super::*;
 
-    fn parked(code: &str, since: Instant) -> (ParkedRun, CancellationToken) {
+    /// A run as parked, and its cancel.
+    fn run() -> (Run, oneshot::Sender<bool>, CancellationToken) {
         let (_, events) = mpsc::channel(1);
         let (_, progress) = watch::channel(RunProgress::default());
         let (answer, _) = oneshot::channel();
         let cancel = CancellationToken::new();
-        (ParkedRun { code: code.into(), events, progress, answer, cancel: cancel.clone(), since }, cancel)
+        (Run { events, progress, cancel: cancel.clone() }, answer, cancel)
+    }
+
+    #[test]
+    fn states_come_from_the_os_not_from_a_generator_that_can_be_replayed() {
+        fastrand::seed(7);
+        let first = new_state();
+        fastrand::seed(7);
+        let second = new_state();
+        assert_ne!(first, second);
+        assert!(first.len() == 32 && first.chars().all(|c| c.is_ascii_hexdigit()), "{first}");
     }
 
     #[tokio::test]
     async fn a_state_resumes_only_its_own_program_and_only_once() {
         let store = Parked::default();
-        let (run, _) = parked("print(1)", Instant::now());
-        store.runs.lock().unwrap().insert("s".into(), run);
-        let other = store.take("s", "print(2)").err().unwrap();
-        assert!(other.starts_with("requestState belongs to another program"), "{other}");
-        assert!(store.take("s", "print(1)").is_ok());
-        let again = store.take("s", "print(1)").err().unwrap();
-        assert!(again.starts_with("requestState names no run waiting for an answer"), "{again}");
+        let (run, answer, _) = run();
+        let state = store.park("print(1)".into(), run, answer, Duration::from_secs(60));
+        assert!(matches!(store.take(&state, "print(2)"), Err(ResumeError::OtherProgram)));
+        assert!(store.take(&state, "print(1)").is_ok());
+        assert!(matches!(store.take(&state, "print(1)"), Err(ResumeError::NoSuchRun)));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn runs_whose_client_never_came_back_are_cancelled_and_forgotten() {
+    async fn a_run_whose_client_never_comes_back_is_cancelled_and_forgotten_when_its_time_is_up() {
         let store = Parked::default();
-        let (old, old_cancel) = parked("a", Instant::now());
-        tokio::time::advance(EXPIRY_MARGIN + Duration::from_secs(1)).await;
-        let (fresh, fresh_cancel) = parked("b", Instant::now());
-        store.runs.lock().unwrap().extend([("old".to_string(), old), ("fresh".to_string(), fresh)]);
-        store.sweep_older_than(EXPIRY_MARGIN);
-        assert!(old_cancel.is_cancelled() && !fresh_cancel.is_cancelled());
-        assert_eq!(store.runs.lock().unwrap().keys().collect::<Vec<_>>(), ["fresh"]);
+        let keep_for = Duration::from_secs(300) + EXPIRY_MARGIN;
+        let (late, answer, late_cancel) = run();
+        let late = store.park("a".into(), late, answer, keep_for);
+        let (back, answer, back_cancel) = run();
+        let back = store.park("b".into(), back, answer, keep_for);
+        tokio::time::sleep(keep_for - Duration::from_secs(1)).await;
+        let resumed = store.take(&back, "b").ok().unwrap();
+        assert!(!late_cancel.is_cancelled() && lock(&store.runs).contains_key(&late));
+        // No request comes: the timer alone ends the late one, and only that one.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(late_cancel.is_cancelled() && lock(&store.runs).is_empty());
+        assert!(!back_cancel.is_cancelled());
+        drop(resumed);
     }
 }

@@ -16,7 +16,7 @@ use crate::discovery::{InspectRequest, Inspection, ListRequest, Listing};
 use crate::engine::{Caller, Engine, RunReport};
 use crate::input_required::{self, Parked, Resume};
 use crate::progress::Reporter;
-use crate::registry::Registry;
+use crate::registry::{FIRST_CONNECT_WAIT, Registry};
 
 pub const LIST_TOOL: &str = "list_callable_tools";
 pub const INSPECT_TOOL: &str = "inspect_tool";
@@ -47,7 +47,7 @@ impl PtcServer {
             Ok(request) => request,
             Err(error) => return CallToolResult::error(vec![ContentBlock::text(error)]),
         };
-        self.registry.wait_for_first_attempts(crate::engine::FIRST_CONNECT_WAIT).await;
+        self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT).await;
         let catalog = self.registry.catalog();
         let listing = match request.list(&catalog) {
             Listing::Names(names) => serde_json::to_string(&names).expect("names serialise"),
@@ -70,7 +70,7 @@ impl PtcServer {
             Ok(request) => request,
             Err(error) => return CallToolResult::error(vec![ContentBlock::text(error)]),
         };
-        self.registry.wait_for_first_attempts(crate::engine::FIRST_CONNECT_WAIT).await;
+        self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT).await;
         match request.inspect(&self.registry.catalog()) {
             Ok(Inspection::Json(inspection)) => CallToolResult::success(vec![ContentBlock::text(
                 serde_json::to_string_pretty(&inspection).expect("inspections serialise"),
@@ -98,7 +98,7 @@ impl PtcServer {
             let render = |report: &RunReport| execute_result(report, trace).into();
             return match self.parked.execute(&self.engine, resume, session_of(context), context, render).await {
                 Ok(response) => response,
-                Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]).into(),
+                Err(why) => CallToolResult::error(vec![ContentBlock::text(why.to_string())]).into(),
             };
         }
         let (progress, reporter) = Reporter::start(context).unzip();

@@ -35,10 +35,37 @@ impl ApprovalRequest {
     }
 }
 
-/// Asks the person behind the client. `Err` is the `ToolError` message the program gets.
+/// Why a call that needs approval was not made; its text is the `ToolError` message the program gets.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("declined by the user")]
+    Declined,
+    #[error(
+        "'{tool}' needs the user's approval (tools.confirm), and nobody can be asked here: run it through an MCP \
+         client that supports elicitation, or remove it from tools.confirm"
+    )]
+    NobodyToAsk { tool: String },
+    #[error(
+        "'{tool}' needs the user's approval (tools.confirm), but this client does not support MCP elicitation: \
+         enable elicitation in the client, or call the tool directly"
+    )]
+    CannotElicit { tool: String },
+    #[error("'{tool}' needs the user's approval (tools.confirm), but asking the client failed: {source}")]
+    AskFailed {
+        tool: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("'{tool}' needs the user's approval (tools.confirm), but the client went away")]
+    ClientGone { tool: String },
+    #[error("'{tool}' was not approved within {seconds}s (tools.confirm_timeout_seconds); the call was not made")]
+    TimedOut { tool: String, seconds: f64 },
+}
+
+/// Asks the person behind the client.
 #[async_trait]
 pub trait Approver: Send + Sync {
-    async fn approve(&self, request: &ApprovalRequest) -> Result<(), String>;
+    async fn approve(&self, request: &ApprovalRequest) -> Result<(), Refusal>;
 }
 
 /// The approval rules of one run: the policy, and who can be asked (`None`: nobody).
@@ -54,30 +81,15 @@ impl Approval {
     }
 
     /// Asks the approver within the policy's timeout.
-    pub async fn ask(&self, request: &ApprovalRequest) -> Result<(), String> {
-        ask(&self.policy, self.approver.as_ref(), request).await
-    }
-}
-
-async fn ask(
-    policy: &ConfirmPolicy,
-    approver: Option<&Arc<dyn Approver>>,
-    request: &ApprovalRequest,
-) -> Result<(), String> {
-    let Some(approver) = approver else {
-        return Err(format!(
-            "'{}' needs the user's approval (tools.confirm), and nobody can be asked here: run it through an MCP \
-             client that supports elicitation, or remove it from tools.confirm",
-            request.tool
-        ));
-    };
-    match tokio::time::timeout(policy.timeout, approver.approve(request)).await {
-        Ok(answer) => answer,
-        Err(_) => Err(format!(
-            "'{}' was not approved within {}s (tools.confirm_timeout_seconds); the call was not made",
-            request.tool,
-            policy.timeout.as_secs_f64()
-        )),
+    pub async fn ask(&self, request: &ApprovalRequest) -> Result<(), Refusal> {
+        let tool = || request.tool.clone();
+        let Some(approver) = &self.approver else {
+            return Err(Refusal::NobodyToAsk { tool: tool() });
+        };
+        match tokio::time::timeout(self.policy.timeout, approver.approve(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Refusal::TimedOut { tool: tool(), seconds: self.policy.timeout.as_secs_f64() }),
+        }
     }
 }
 

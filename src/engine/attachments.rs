@@ -10,6 +10,15 @@ use serde_json::{Value, json};
 
 use crate::registry::result::Media;
 
+/// A `show()` request that names what the run never had: only a forged one does.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShowError {
+    #[error("show(): call {0} returned no image or audio")]
+    NoMedia(u64),
+    #[error("show(): call {call} has no block {index}")]
+    NoBlock { call: u64, index: usize },
+}
+
 /// One kept block, or why it is not kept.
 enum Kept {
     Block(Box<Media>),
@@ -95,18 +104,17 @@ impl Attachments {
     }
 
     /// `show()`: attaches blocks `blocks` of call `call`'s result. The answer for the program says what
-    /// was left out and why: `{"attached": N, "left_out": "..." | null}`. `Err` for a call without such
-    /// blocks (only a forged request names one).
-    pub fn show(&mut self, call: u64, blocks: &[usize]) -> Result<Value, String> {
+    /// was left out and why: `{"attached": N, "left_out": "..." | null}`.
+    pub fn show(&mut self, call: u64, blocks: &[usize]) -> Result<Value, ShowError> {
         let Some(kept) = self.kept.get_mut(&call) else {
-            return Err(format!("show(): call {call} returned no image or audio"));
+            return Err(ShowError::NoMedia(call));
         };
         // The protocol reads at most 1024 indices (BlockIndices); the same one twice is attached once.
         let wanted: BTreeSet<usize> = blocks.iter().copied().collect();
         let (mut attached, mut left_out) = (0, Vec::new());
         for index in wanted {
             let Some(slot) = kept.get_mut(index) else {
-                return Err(format!("show(): call {call} has no block {index}"));
+                return Err(ShowError::NoBlock { call, index });
             };
             match slot {
                 Kept::Attached => {}
@@ -204,7 +212,9 @@ mod tests {
     fn forged_requests_are_refused() {
         let mut attachments = Attachments::new(4, 100);
         attachments.keep(1, vec![image(1)]);
-        assert_eq!(attachments.show(9, &[0]), Err("show(): call 9 returned no image or audio".into()));
-        assert_eq!(attachments.show(1, &[5]), Err("show(): call 1 has no block 5".into()));
+        assert_eq!(attachments.show(9, &[0]), Err(ShowError::NoMedia(9)));
+        assert_eq!(attachments.show(9, &[0]).unwrap_err().to_string(), "show(): call 9 returned no image or audio");
+        assert_eq!(attachments.show(1, &[5]), Err(ShowError::NoBlock { call: 1, index: 5 }));
+        assert_eq!(attachments.show(1, &[5]).unwrap_err().to_string(), "show(): call 1 has no block 5");
     }
 }

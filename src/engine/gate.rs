@@ -1,14 +1,13 @@
 //! The bound on runs at once across all clients (`serve.http.max_concurrent_runs`): a run takes a slot or
-//! waits for one — while no more than as many others wait, and at most its own time limit — and otherwise
-//! fails at once saying the server is busy. It never waits without a bound.
+//! waits for one — while no more than as many others wait, and within its own time limit (the wait counts
+//! against it) — and otherwise fails at once saying the server is busy. It never waits without a bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
 
+use super::expiry::{Expired, Expiry};
 use super::report::{Outcome, RunReport};
 
 pub(super) struct RunGate {
@@ -32,13 +31,8 @@ impl RunGate {
     }
 
     /// A slot for one run, held until the permit is dropped. `Err` is the run's report when it gets none:
-    /// too many waiting, no slot within `wait`, cancelled by the client or stopped by the server.
-    pub async fn enter(
-        &self,
-        wait: Duration,
-        cancel: &CancellationToken,
-        stopping: &CancellationToken,
-    ) -> Result<OwnedSemaphorePermit, RunReport> {
+    /// too many waiting, or the run's expiry came first (its time limit, the client's cancel, shutdown).
+    pub async fn enter(&self, expiry: &Expiry) -> Result<OwnedSemaphorePermit, RunReport> {
         if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
             return Ok(permit);
         }
@@ -47,19 +41,16 @@ impl RunGate {
             return Err(self.busy(format!("{} programs are running and {} more are waiting", self.limit, self.limit)));
         }
         let _waiting = Waiting(&self.waiting);
-        tokio::select! {
-            permit = Arc::clone(&self.slots).acquire_owned() => Ok(permit.expect("the semaphore is never closed")),
-            () = tokio::time::sleep(wait) => {
-                Err(self.busy(format!("no run slot freed within {}s", wait.as_secs_f64())))
+        match expiry.race(Arc::clone(&self.slots).acquire_owned()).await {
+            Ok(permit) => Ok(permit.expect("the semaphore is never closed")),
+            Err(Expired::Timeout) => {
+                Err(self.busy(format!("no run slot freed within {}s", expiry.limit().as_secs_f64())))
             }
-            () = cancel.cancelled() => Err(RunReport::failed(
+            Err(Expired::Cancelled) => Err(RunReport::failed(
                 Outcome::Cancelled,
                 "ExecutionError: the client cancelled the run while it waited for a slot".into(),
             )),
-            () = stopping.cancelled() => Err(RunReport::failed(
-                Outcome::Killed,
-                "ExecutionError: the server is shutting down; the run was not started".into(),
-            )),
+            Err(Expired::Stopped) => Err(RunReport::stopped_before_start()),
         }
     }
 
@@ -76,17 +67,26 @@ impl RunGate {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
+
     use super::*;
+
+    fn expiry(limit: Duration, cancel: &CancellationToken, stopping: &CancellationToken) -> Expiry {
+        Expiry::new(limit, Duration::ZERO, cancel.clone(), stopping.clone())
+    }
 
     #[tokio::test]
     async fn runs_past_the_limit_wait_and_those_past_the_queue_are_refused_at_once() {
         let gate = RunGate::new(1);
         let (cancel, stopping) = (CancellationToken::new(), CancellationToken::new());
-        let first = gate.enter(Duration::from_secs(60), &cancel, &stopping).await.unwrap();
-        let queued = gate.enter(Duration::from_secs(60), &cancel, &stopping);
+        let long = expiry(Duration::from_secs(60), &cancel, &stopping);
+        let first = gate.enter(&long).await.unwrap();
+        let queued = gate.enter(&long);
         tokio::pin!(queued);
         assert!(futures::poll!(&mut queued).is_pending(), "the second run waits");
-        let refused = gate.enter(Duration::from_secs(60), &cancel, &stopping).await.unwrap_err();
+        let refused = gate.enter(&long).await.unwrap_err();
         assert_eq!(refused.outcome, Outcome::Error);
         assert_eq!(
             refused.error.as_deref(),
@@ -99,19 +99,23 @@ mod tests {
         assert!(queued.await.is_ok(), "the waiting run gets the freed slot");
     }
 
-    #[tokio::test]
-    async fn a_wait_ends_with_the_bound_the_client_or_the_server() {
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ends_with_the_runs_time_limit_the_client_or_the_server() {
         let gate = RunGate::new(1);
         let (cancel, stopping) = (CancellationToken::new(), CancellationToken::new());
-        let _held = gate.enter(Duration::from_secs(60), &cancel, &stopping).await.unwrap();
-        let timed_out = gate.enter(Duration::from_millis(10), &cancel, &stopping).await.unwrap_err();
-        assert!(timed_out.error.unwrap().contains("no run slot freed within 0.01s"));
+        let _held = gate.enter(&expiry(Duration::from_secs(60), &cancel, &stopping)).await.unwrap();
+        let short = expiry(Duration::from_secs(5), &cancel, &stopping);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let started = tokio::time::Instant::now();
+        let timed_out = gate.enter(&short).await.unwrap_err();
+        assert_eq!(started.elapsed(), Duration::from_secs(3), "the run's time counts from its request");
+        assert!(timed_out.error.unwrap().contains("no run slot freed within 5s"));
         let client = CancellationToken::new();
         client.cancel();
-        let cancelled = gate.enter(Duration::from_secs(60), &client, &stopping).await.unwrap_err();
+        let cancelled = gate.enter(&expiry(Duration::from_secs(60), &client, &stopping)).await.unwrap_err();
         assert_eq!(cancelled.outcome, Outcome::Cancelled);
         stopping.cancel();
-        let killed = gate.enter(Duration::from_secs(60), &cancel, &stopping).await.unwrap_err();
+        let killed = gate.enter(&expiry(Duration::from_secs(60), &cancel, &stopping)).await.unwrap_err();
         assert_eq!(killed.outcome, Outcome::Killed);
         assert_eq!(gate.waiting.load(Ordering::SeqCst), 0);
     }

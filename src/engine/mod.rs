@@ -3,13 +3,16 @@
 
 mod approval;
 mod attachments;
-mod deadline;
+mod expiry;
 mod gate;
 mod output;
 mod pool;
 mod record;
 mod report;
 mod run;
+mod sandbox;
+#[cfg(test)]
+mod testing;
 mod trace;
 #[cfg(test)]
 mod transcript;
@@ -19,34 +22,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptc_backends::{Availability, SandboxBackend, SpawnRequest};
-use tokio::sync::{Mutex, watch};
-use tokio::time::Instant;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use crate::audit::AuditLog;
 use crate::config::ExecutionConfig;
 use crate::registry::Registry;
-pub use approval::{ApprovalRequest, Approver, ConfirmPolicy};
-use pool::RunnerPool;
+pub use approval::{ApprovalRequest, Approver, ConfirmPolicy, Refusal};
+use expiry::{Expired, Expiry};
 pub use report::{Outcome, RunReport};
-
-/// How long the first run after start-up waits for servers that are still connecting.
-pub const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(15);
-/// An unusable sandbox is probed again after this long, so that a passing failure (an engine still starting,
-/// an overloaded machine) does not last until the server restarts, while runs in between fail at once.
-const REPROBE_AFTER: Duration = Duration::from_secs(30);
-
-struct Probed {
-    availability: Availability,
-    at: Instant,
-}
-
-impl Probed {
-    fn still_holds(&self, now: Instant) -> bool {
-        self.availability.is_usable() || now.duration_since(self.at) < REPROBE_AFTER
-    }
-}
+use sandbox::{Prepared, Preparing, Sandbox};
 
 /// Who asked for a run, and how to reach them while it runs.
 #[derive(Debug, Clone, Default)]
@@ -75,10 +61,7 @@ pub struct RunProgress {
 }
 
 pub struct Engine {
-    backend: Arc<dyn SandboxBackend>,
-    /// The last probe's answer; a usable one is kept for good.
-    availability: Mutex<Option<Probed>>,
-    pool: Arc<RunnerPool>,
+    sandbox: Arc<Sandbox>,
     /// Runs under way, so that shutdown can wait for them to stop.
     runs: TaskTracker,
     /// Cancelled at shutdown: runs under way stop at once.
@@ -98,11 +81,8 @@ pub struct Engine {
 impl Engine {
     pub fn new(backend: Arc<dyn SandboxBackend>, registry: Arc<Registry>, settings: ExecutionConfig) -> Self {
         let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
-        let pool = RunnerPool::new(Arc::clone(&backend), request, settings.pool_size);
         Engine {
-            backend,
-            availability: Mutex::new(None),
-            pool,
+            sandbox: Arc::new(Sandbox::new(backend, request, settings.pool_size)),
             runs: TaskTracker::new(),
             stopping: CancellationToken::new(),
             cleanups: TaskTracker::new(),
@@ -142,22 +122,12 @@ impl Engine {
     }
 
     pub fn backend_kind(&self) -> ptc_backends::SandboxKind {
-        self.backend.kind()
+        self.sandbox.kind()
     }
 
-    /// The backend's availability: probed on first use, and again (at most every [`REPROBE_AFTER`]) while
-    /// unusable. Once usable, the pool of ready runners starts filling.
+    /// The backend's availability (probed on first use, and again now and then while unusable).
     pub async fn availability(&self) -> Availability {
-        let mut last = self.availability.lock().await;
-        if let Some(probed) = last.as_ref().filter(|probed| probed.still_holds(Instant::now())) {
-            return probed.availability.clone();
-        }
-        let availability = self.backend.probe().await;
-        if availability.is_usable() {
-            self.pool.refill();
-        }
-        *last = Some(Probed { availability: availability.clone(), at: Instant::now() });
-        availability
+        self.sandbox.availability().await
     }
 
     /// At shutdown: stops the runs under way, kills the runners waiting in the pool or being started for it,
@@ -167,10 +137,10 @@ impl Engine {
         self.stopping.cancel();
         self.runs.close();
         self.runs.wait().await;
-        self.pool.close().await;
+        self.sandbox.close_pool().await;
         self.cleanups.close();
         self.cleanups.wait().await;
-        self.backend.shutdown().await;
+        self.sandbox.shutdown_backend().await;
     }
 
     /// Runs `code` to the end, a failure, the time limit, or the caller's cancel; logs one line about it and
@@ -179,7 +149,7 @@ impl Engine {
         let _running = self.runs.token();
         let started = record::Started::now(caller.session.clone());
         let report = self.run(code, caller).await;
-        let record = started.finish(code, self.backend.kind().resolve_auto(), &report, self.settings.trace);
+        let record = started.finish(code, self.sandbox.kind().resolve_auto(), &report, self.settings.trace);
         record.log();
         if let Some(audit) = &self.audit {
             audit.append(&record);
@@ -187,72 +157,155 @@ impl Engine {
         report
     }
 
+    /// The run, every phase of it raced against one expiry: the time limit, the client's cancel and the
+    /// server's shutdown.
     async fn run(&self, code: &str, caller: Caller) -> RunReport {
         let Caller { cancel, progress, approver, .. } = caller;
-        let stopped = || {
-            RunReport::failed(
-                Outcome::Killed,
-                "ExecutionError: the server is shutting down; the run was not started".into(),
-            )
-        };
-        if self.stopping.is_cancelled() {
-            return stopped();
-        }
+        let allowance = self.confirm.as_ref().map_or(Duration::ZERO, |policy| policy.timeout);
+        let expiry = Expiry::new(self.settings.timeout(), allowance, cancel, self.stopping.clone());
         let _slot = match &self.gate {
-            Some(gate) => match gate.enter(self.settings.timeout(), &cancel, &self.stopping).await {
+            Some(gate) => match gate.enter(&expiry).await {
                 Ok(slot) => Some(slot),
                 Err(refused) => return refused,
             },
             None => None,
         };
-        if let Availability::Unavailable { reason } = self.availability().await {
-            return RunReport::failed(
-                Outcome::Sandbox,
-                format!("SandboxError: the '{}' sandbox is unavailable: {reason}", self.backend.kind()),
-            );
-        }
-        let deadline = tokio::time::Instant::now() + self.settings.timeout();
-        // Counts as demand for ready runners while it runs; the pool refills when it is over.
-        let _lease = self.pool.lease();
-        let preparing = async {
-            tokio::join!(self.pool.take(deadline), self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT)).0
-        };
-        let runner = tokio::select! {
-            runner = preparing => runner,
-            () = self.stopping.cancelled() => return stopped(),
-        };
-        let runner = match runner {
-            Ok(runner) => runner,
-            Err(error) => return RunReport::failed(Outcome::Sandbox, error),
+        let (phase, preparing) = watch::channel(Preparing::Probe);
+        let (sandbox, registry) = (Arc::clone(&self.sandbox), Arc::clone(&self.registry));
+        // On a task of its own, so that the expiry is watched even while a backend's start holds its thread;
+        // dropped (its runner killed) when the run ends first.
+        let preparation = AbortOnDropHandle::new(tokio::spawn(async move { sandbox.prepare(&registry, phase).await }));
+        let Prepared { runner, lease: _lease } = match expiry.race(preparation).await {
+            Ok(Ok(Ok(prepared))) => prepared,
+            Ok(Ok(Err(unprepared))) => {
+                return RunReport::failed(Outcome::Sandbox, format!("SandboxError: {unprepared}"));
+            }
+            Ok(Err(failed)) => match failed.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Only the runtime's own shutdown cancels it.
+                Err(_) => return self.not_started(Expired::Stopped, *preparing.borrow()),
+            },
+            Err(expired) => return self.not_started(expired, *preparing.borrow()),
         };
         let context = run::RunContext {
             registry: &self.registry,
             settings: &self.settings,
             code,
-            deadline: deadline::Deadline::new(deadline),
-            cancel,
+            expiry,
             progress,
             approval: self.confirm.clone().map(|policy| approval::Approval { policy, approver }),
-            stopping: &self.stopping,
             cleanups: &self.cleanups,
         };
         run::drive(runner, context).await
+    }
+
+    /// The report of a run that ended before its program started, while `phase` was under way.
+    fn not_started(&self, expired: Expired, phase: Preparing) -> RunReport {
+        match expired {
+            Expired::Timeout => RunReport::failed(
+                Outcome::Timeout,
+                format!(
+                    "TimeoutError: Execution exceeded {}s limit before the program started: {phase}",
+                    self.settings.timeout_seconds
+                ),
+            ),
+            Expired::Cancelled => RunReport::failed(
+                Outcome::Cancelled,
+                "ExecutionError: the client cancelled the run before the program started".into(),
+            ),
+            Expired::Stopped => RunReport::stopped_before_start(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use tokio::time::Instant;
+
+    use super::testing::{Behaviour, FakeBackend};
     use super::*;
+    use crate::config::Config;
+
+    fn engine(probe: Behaviour, spawn: Behaviour) -> Engine {
+        let registry = Registry::start(&Config::default()).unwrap();
+        let settings = ExecutionConfig { timeout_seconds: 5.0, ..ExecutionConfig::default() };
+        Engine::new(Arc::new(FakeBackend::new(probe, spawn)), registry, settings)
+    }
+
+    /// Runs a program, failing the test if the engine has not answered within a minute.
+    async fn execute(engine: &Engine, caller: Caller) -> RunReport {
+        tokio::time::timeout(Duration::from_secs(60), engine.execute("print(1)", caller))
+            .await
+            .expect("the run ended within a minute")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_whose_sandbox_hangs_ends_at_its_time_limit_saying_what_it_waited_for() {
+        for (probe, spawn, waited_for) in [
+            (Behaviour::Hangs, Behaviour::Answers, "the sandbox's availability check had not finished"),
+            (Behaviour::Answers, Behaviour::Hangs, "the sandbox had not started a runner for it yet"),
+        ] {
+            let engine = engine(probe, spawn);
+            let started = Instant::now();
+            let report = execute(&engine, Caller::default()).await;
+            assert_eq!(started.elapsed(), Duration::from_secs(5));
+            assert_eq!(report.outcome, Outcome::Timeout);
+            let error = format!("TimeoutError: Execution exceeded 5s limit before the program started: {waited_for}");
+            assert_eq!(report.error, Some(error));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_client_or_the_server_ends_a_run_while_it_is_prepared() {
+        let engine = engine(Behaviour::Answers, Behaviour::Hangs);
+        let caller = Caller::default();
+        let cancel = caller.cancel.clone();
+        let started = Instant::now();
+        let (report, ()) = tokio::join!(execute(&engine, caller), async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            cancel.cancel();
+        });
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert_eq!(report.outcome, Outcome::Cancelled);
+        assert_eq!(
+            report.error.as_deref(),
+            Some("ExecutionError: the client cancelled the run before the program started")
+        );
+        let (report, ()) = tokio::join!(execute(&engine, Caller::default()), async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            engine.shutdown().await;
+        });
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+        assert_eq!(report.outcome, Outcome::Killed);
+    }
+
+    #[tokio::test]
+    async fn a_runner_that_cannot_start_is_a_sandbox_error_naming_the_cause() {
+        let report = execute(&engine(Behaviour::Answers, Behaviour::Answers), Caller::default()).await;
+        assert_eq!(report.outcome, Outcome::Sandbox);
+        assert_eq!(
+            report.error.as_deref(),
+            Some("SandboxError: could not start the runner (fake): the fake starts nothing")
+        );
+    }
 
     #[test]
-    fn a_usable_sandbox_is_kept_and_an_unusable_one_is_probed_again_later() {
-        let at = Instant::now();
-        let probed = |availability| Probed { availability, at };
-        let later = at + REPROBE_AFTER;
-        let usable = probed(Availability::Available { detail: "ok".into() });
-        assert!(usable.still_holds(at) && usable.still_holds(later));
-        let unusable = probed(Availability::Unavailable { reason: "engine down".into() });
-        assert!(unusable.still_holds(at + REPROBE_AFTER / 2));
-        assert!(!unusable.still_holds(later));
+    fn run_ids_come_from_the_os_not_from_a_generator_that_can_be_replayed() {
+        let id = || {
+            let report = RunReport::default();
+            let record = record::Started::now("s".into()).finish(
+                "",
+                ptc_backends::SandboxKind::None,
+                &report,
+                Default::default(),
+            );
+            let line: serde_json::Value =
+                serde_json::from_slice(&crate::audit::AuditRecord::audit_line(&record, false)).unwrap();
+            line["run_id"].as_str().unwrap().to_string()
+        };
+        fastrand::seed(7);
+        let first = id();
+        fastrand::seed(7);
+        assert_ne!(first, id());
     }
 }

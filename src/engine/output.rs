@@ -2,12 +2,16 @@
 //! head and the tail, with one marker line between them saying how many bytes were left out — the summary a
 //! program prints last survives a flood before it.
 
+use std::collections::VecDeque;
+
 /// Output as it arrives: the first half of the budget is kept as the head, the latest bytes as the tail.
+/// Each push costs its own length, however full the tail is.
 #[derive(Debug)]
 pub struct OutputBuffer {
     head: String,
-    /// The latest bytes past the head (at most `tail_cap`); may begin inside a character until finished.
-    tail: Vec<u8>,
+    /// The latest bytes past the head (at most `tail_cap`); may begin inside a character until finished. A
+    /// ring: dropping its oldest bytes moves none of the others.
+    tail: VecDeque<u8>,
     head_cap: usize,
     tail_cap: usize,
     left_out: usize,
@@ -18,7 +22,14 @@ pub struct OutputBuffer {
 impl OutputBuffer {
     pub fn new(limit: usize) -> Self {
         let head_cap = limit / 2;
-        OutputBuffer { head: String::new(), tail: Vec::new(), head_cap, tail_cap: limit - head_cap, left_out: 0, limit }
+        OutputBuffer {
+            head: String::new(),
+            tail: VecDeque::new(),
+            head_cap,
+            tail_cap: limit - head_cap,
+            left_out: 0,
+            limit,
+        }
     }
 
     pub fn push(&mut self, mut data: &str) {
@@ -27,7 +38,10 @@ impl OutputBuffer {
             self.head.push_str(&data[..cut]);
             data = &data[cut..];
         }
-        self.tail.extend_from_slice(data.as_bytes());
+        // Of a push longer than the tail, only its last bytes can stay.
+        let skipped = data.len().saturating_sub(self.tail_cap);
+        self.left_out += skipped;
+        self.tail.extend(&data.as_bytes()[skipped..]);
         let excess = self.tail.len().saturating_sub(self.tail_cap);
         if excess > 0 {
             self.tail.drain(..excess);
@@ -36,8 +50,8 @@ impl OutputBuffer {
     }
 
     /// The output, cut further to at most `budget` bytes (plus the marker) if it holds more.
-    pub fn finish(self, budget: usize) -> String {
-        let mut tail = self.tail.as_slice();
+    pub fn finish(mut self, budget: usize) -> String {
+        let mut tail: &[u8] = self.tail.make_contiguous();
         let mut left_out = self.left_out;
         // A tail cut by bytes may start inside a character: drop the partial one.
         while let Some((&byte, rest)) = tail.split_first()
@@ -174,6 +188,29 @@ mod tests {
         assert_eq!(tail, "\nline 999\n", "the last bytes survive");
         let printed: usize = (0..1000).map(|i| format!("line {i}\n").len()).sum();
         assert_eq!("line 0\nlin".len() + tail.len() + 8870, printed);
+    }
+
+    #[test]
+    fn a_flood_of_small_pushes_takes_time_in_proportion_to_its_size() {
+        // 500,000 pushes of 8 bytes past a full 4 MiB tail: moving the tail per push would copy 2 TB.
+        let mut out = OutputBuffer::new(8 << 20);
+        let started = std::time::Instant::now();
+        for i in 0..(8 << 20) / 8 + 500_000 {
+            out.push("1234567\n");
+            if i % 1000 == 0 {
+                assert!(started.elapsed() < std::time::Duration::from_secs(10), "still pushing at push {i}");
+            }
+        }
+        let text = out.finish(8 << 20);
+        assert!(text.contains("\n[output truncated: 4000000 bytes left out here") && text.ends_with("1234567\n"));
+    }
+
+    #[test]
+    fn a_push_longer_than_the_tail_keeps_its_last_bytes() {
+        let mut out = OutputBuffer::new(10);
+        out.push("01234");
+        out.push("abcdefghij");
+        assert_eq!(out.finish(10), format!("01234\n{}\nfghij", Marker::Output.line(5, 10)));
     }
 
     #[test]

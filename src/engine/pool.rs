@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_backends::protocol::{FromRunner, PROTOCOL_VERSION};
-use ptc_backends::{RunnerControl, SandboxBackend, SpawnRequest};
+use ptc_backends::{RunnerControl, SandboxBackend, SpawnError, SpawnRequest};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::lines::{Line, LineReader};
+use crate::lines::{Line, LineReader, ReadError};
 
 /// How long a runner started for the pool may take to say `ready`.
 const POOL_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -42,36 +42,52 @@ pub struct ReadyRunner {
     pub control: Box<dyn RunnerControl>,
 }
 
-/// Starts a runner and waits (until `deadline`) for its `ready`. `Err` is the run's `SandboxError` text.
-pub async fn start_ready(
-    backend: &dyn SandboxBackend,
-    request: &SpawnRequest,
-    deadline: tokio::time::Instant,
-) -> Result<ReadyRunner, String> {
-    let runner = backend.spawn(request).await.map_err(|e| format!("SandboxError: {e}"))?;
+/// Why a runner could not be made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// It started, but did not say `ready`; `stderr` is what it wrote there.
+    #[error("{why}{}", detail(.stderr))]
+    NotReady { why: NotReady, stderr: String },
+}
+
+/// What a runner wrote to stderr, as the end of a message.
+fn detail(stderr: &str) -> String {
+    if stderr.is_empty() { String::new() } else { format!(": {stderr}") }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("the runner speaks protocol version {0}, the server {PROTOCOL_VERSION}; reinstall ptc-mcp")]
+    Version(u32),
+    #[error("the runner did not start with a ready message")]
+    NoReadyMessage,
+    #[error("the runner exited before it was ready")]
+    Exited,
+    #[error(transparent)]
+    Read(ReadError),
+}
+
+/// Starts a runner and waits for its `ready`, as long as the caller waits.
+pub async fn start_ready(backend: &dyn SandboxBackend, request: &SpawnRequest) -> Result<ReadyRunner, StartError> {
+    let runner = backend.spawn(request).await?;
     let mut control = runner.control;
     let mut reader = LineReader::new(runner.from_runner, MAX_READY_LINE);
-    let why = match tokio::time::timeout_at(deadline, reader.next_line()).await {
-        Err(_) => "the runner did not get ready in time".to_string(),
-        Ok(Ok(Line::Complete(line))) => match FromRunner::parse(line) {
+    let why = match reader.next_line().await {
+        Ok(Line::Complete(line)) => match FromRunner::parse(line) {
             Ok(FromRunner::Ready { version: PROTOCOL_VERSION }) => {
                 return Ok(ReadyRunner { to_runner: runner.to_runner, reader, control });
             }
-            Ok(FromRunner::Ready { version }) => {
-                format!(
-                    "the runner speaks protocol version {version}, the server {PROTOCOL_VERSION}; reinstall ptc-mcp"
-                )
-            }
-            _ => "the runner did not start with a ready message".to_string(),
+            Ok(FromRunner::Ready { version }) => NotReady::Version(version),
+            _ => NotReady::NoReadyMessage,
         },
-        Ok(Ok(Line::End)) => "the runner exited before it was ready".to_string(),
-        Ok(Ok(Line::TooLong { .. })) => "the runner did not start with a ready message".to_string(),
-        Ok(Err(e)) => e.to_string(),
+        Ok(Line::End) => NotReady::Exited,
+        Ok(Line::TooLong { .. }) => NotReady::NoReadyMessage,
+        Err(e) => NotReady::Read(e),
     };
     control.kill().await;
-    let stderr = control.stderr_tail();
-    let detail = if stderr.trim().is_empty() { String::new() } else { format!(": {}", stderr.trim()) };
-    Err(format!("SandboxError: {why}{detail}"))
+    Err(StartError::NotReady { why, stderr: control.stderr_tail().trim().to_string() })
 }
 
 pub struct RunnerPool {
@@ -132,6 +148,52 @@ impl Demand {
     }
 }
 
+/// One runner being started for the pool, counted in `starting` until this is dropped — when the runner is
+/// ready or failed, and also when its task panicked or was aborted, so that the count never strays.
+struct Start {
+    pool: Arc<RunnerPool>,
+    /// Handed to the pool when the start ends.
+    ready: Option<ReadyRunner>,
+}
+
+impl Start {
+    async fn run(mut self, delay: Duration) {
+        let pool = Arc::clone(&self.pool);
+        let start = async {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            tokio::time::timeout(POOL_START_TIMEOUT, start_ready(pool.backend.as_ref(), &pool.request)).await
+        };
+        tokio::select! {
+            started = start => match started {
+                Ok(Ok(runner)) => self.ready = Some(runner),
+                Ok(Err(e)) => tracing::warn!("could not start a runner for the pool: {e}"),
+                Err(_) => tracing::warn!(
+                    "could not start a runner for the pool: it was not ready within {}s",
+                    POOL_START_TIMEOUT.as_secs()
+                ),
+            },
+            () = pool.closing.cancelled() => {}
+        }
+    }
+}
+
+impl Drop for Start {
+    fn drop(&mut self) {
+        let mut state = self.pool.state();
+        state.starting -= 1;
+        match self.ready.take() {
+            Some(runner) if !self.pool.closing.is_cancelled() => state.ready.push_back(runner),
+            // Dropping it (outside the lock) kills it and removes its scratch directory.
+            refused => {
+                drop(state);
+                drop(refused);
+            }
+        }
+    }
+}
+
 /// One run's share of the demand, from before it takes a runner until it is over; then the pool refills.
 pub struct Lease {
     pool: Arc<RunnerPool>,
@@ -171,11 +233,11 @@ impl RunnerPool {
         Lease { pool: Arc::clone(self) }
     }
 
-    /// A ready runner: from the pool if one is waiting, else started now (ready by `deadline`).
-    pub async fn take(&self, deadline: tokio::time::Instant) -> Result<ReadyRunner, String> {
+    /// A ready runner: from the pool if one is waiting, else started now (as long as the caller waits).
+    pub async fn take(&self) -> Result<ReadyRunner, StartError> {
         loop {
             let Some(mut runner) = self.state().ready.pop_front() else {
-                return start_ready(self.backend.as_ref(), &self.request, deadline).await;
+                return start_ready(self.backend.as_ref(), &self.request).await;
             };
             if !runner.control.has_exited() {
                 return Ok(runner);
@@ -211,28 +273,8 @@ impl RunnerPool {
         // Dropping a runner kills it and removes its scratch directory.
         drop(surplus);
         for _ in 0..missing {
-            let pool = Arc::clone(self);
-            self.starts.spawn(async move {
-                let start = async {
-                    if !delay.is_zero() {
-                        tokio::time::sleep(delay).await;
-                    }
-                    start_ready(pool.backend.as_ref(), &pool.request, tokio::time::Instant::now() + POOL_START_TIMEOUT)
-                        .await
-                };
-                let started = tokio::select! {
-                    started = start => Some(started),
-                    () = pool.closing.cancelled() => None,
-                };
-                let mut state = pool.state();
-                state.starting -= 1;
-                match started {
-                    // Dropped (killed) right away if the pool is closing.
-                    Some(Ok(runner)) if !pool.closing.is_cancelled() => state.ready.push_back(runner),
-                    Some(Err(e)) => tracing::warn!("could not start a runner for the pool: {e}"),
-                    _ => {}
-                }
-            });
+            let start = Start { pool: Arc::clone(self), ready: None };
+            self.starts.spawn(start.run(delay));
         }
     }
 
@@ -271,6 +313,22 @@ impl RunnerPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::testing::{Behaviour, FakeBackend};
+
+    #[tokio::test]
+    async fn a_start_that_panics_is_no_longer_counted_and_the_pool_starts_again() {
+        let backend = Arc::new(FakeBackend::new(Behaviour::Answers, Behaviour::Panics));
+        let request = SpawnRequest { limits: Default::default(), timeout: Duration::from_secs(1) };
+        let pool = RunnerPool::new(Arc::clone(&backend) as Arc<dyn SandboxBackend>, request, 1);
+        for attempt in 1..=2 {
+            pool.refill();
+            pool.starts.close();
+            pool.starts.wait().await;
+            pool.starts.reopen();
+            assert_eq!(pool.state().starting, 0, "attempt {attempt}");
+            assert_eq!(backend.spawns(), attempt, "a new start each time");
+        }
+    }
 
     #[test]
     fn demand_grows_with_concurrent_runs_up_to_the_cap_and_is_forgotten_after_a_while() {

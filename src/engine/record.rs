@@ -23,7 +23,12 @@ pub(super) struct Started {
 
 impl Started {
     pub fn now(session: String) -> Self {
-        Started { id: format!("{:016x}", fastrand::u64(..)), session, time: SystemTime::now(), at: Instant::now() }
+        Started {
+            id: format!("{:016x}", getrandom::u64().expect("the OS's random source answers")),
+            session,
+            time: SystemTime::now(),
+            at: Instant::now(),
+        }
     }
 
     pub fn finish<'a>(
@@ -165,7 +170,7 @@ mod tests {
         let ok = report.trace.start("mcp__s__ok", &Map::new(), 2);
         report.trace.finish(ok, Ok(17), Instant::now());
         let failed = report.trace.start("mcp__s__bad", &Map::new(), 2);
-        report.trace.finish(failed, Err("boom".into()), Instant::now());
+        report.trace.finish(failed, Err("boom"), Instant::now());
         let value = line(&report, false);
         let keys: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(

@@ -58,6 +58,14 @@ impl RunReport {
         RunReport { outcome, error: Some(error), ..RunReport::default() }
     }
 
+    /// A run that the server's shutdown kept from starting.
+    pub fn stopped_before_start() -> Self {
+        RunReport::failed(
+            Outcome::Killed,
+            "ExecutionError: the server is shutting down; the run was not started".into(),
+        )
+    }
+
     pub fn ok(&self) -> bool {
         self.outcome == Outcome::Ok
     }
@@ -146,7 +154,7 @@ mod tests {
     fn the_trace_summary_is_the_last_line_only_in_summary_mode() {
         let mut report = RunReport::default();
         let call = report.trace.start("mcp__s__t", &Map::new(), 2);
-        report.trace.finish(call, Err("boom".into()), std::time::Instant::now());
+        report.trace.finish(call, Err("boom"), std::time::Instant::now());
         let text = report.text(TraceMode::Summary);
         assert!(text.starts_with("[Script executed successfully]\n(no output)\n[tool calls: 1, 1 failed; "), "{text}");
         assert!(text.ends_with("\n  failed: mcp__s__t: boom"), "{text}");

@@ -2,31 +2,31 @@
 //! untrusted: budgets, limits and the trace are decided here, and what the server keeps of what it reads is
 //! bounded whatever the program sends.
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ptc_backends::ExitInfo;
 use ptc_backends::protocol::{FromRunner, ProgramError, ToRunner};
+use ptc_backends::{ExitInfo, RunnerControl};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::RunProgress;
 use super::approval::{Approval, ApprovalRequest};
 use super::attachments::Attachments;
-use super::deadline::Deadline;
+use super::expiry::{Expired, Expiry};
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport};
-use super::trace::{Trace, shorten};
+use super::trace::{Trace, budget_exhausted, shorten};
 use super::trim;
 use crate::config::ExecutionConfig;
 use crate::discovery::{InspectRequest, ListRequest};
-use crate::lines::Line;
+use crate::lines::{Line, LineReader, ReadError};
 use crate::precheck;
 use crate::registry::{CallResult, Registry};
 
@@ -56,16 +56,13 @@ pub(super) struct RunContext<'a> {
     pub registry: &'a Arc<Registry>,
     pub settings: &'a ExecutionConfig,
     pub code: &'a str,
-    /// The time limit, which stands still while an approval is awaited.
-    pub deadline: Deadline,
-    /// The client's cancellation of this request.
-    pub cancel: CancellationToken,
+    /// The run's time limit (which stands still while an approval is awaited), the client's cancel and the
+    /// server's shutdown.
+    pub expiry: Expiry,
     /// Told each time a tool call finishes.
     pub progress: Option<watch::Sender<RunProgress>>,
     /// Which calls need approval, and who is asked.
     pub approval: Option<Approval>,
-    /// The server is shutting down.
-    pub stopping: &'a CancellationToken,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
     pub cleanups: &'a TaskTracker,
 }
@@ -77,8 +74,33 @@ enum Ending {
     Cancelled,
     Stopped,
     /// The runner (or the program, through the channel fd) sent something that breaks the protocol.
-    Broken(String),
+    Broken(Breach),
     Exited(ExitInfo),
+}
+
+/// How the runner (or the program, through the channel fd) broke the protocol.
+#[derive(Debug, thiserror::Error)]
+enum Breach {
+    #[error("an invalid message ({0})")]
+    Invalid(serde_json::Error),
+    #[error("a message of {len} bytes, more than the {max} bytes a message may have")]
+    TooLong { len: usize, max: usize },
+    #[error("a second ready message")]
+    SecondReady,
+    #[error("a tool name of {0} bytes")]
+    LongToolName(usize),
+    #[error(transparent)]
+    Read(ReadError),
+}
+
+/// Why a helper call failed: the program's `ToolError`.
+#[derive(Debug, thiserror::Error)]
+enum HelperError {
+    /// Its arguments, as the MCP tool of the same name judges them.
+    #[error("{0}")]
+    Arguments(String),
+    #[error("unknown helper '{0}'")]
+    Unknown(String),
 }
 
 /// The most a program may pass to one call: `max_tool_result_bytes`, at most [`MAX_ARGUMENT_BYTES`].
@@ -98,11 +120,42 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     reader.set_max_len(max_line(cx.settings));
     let mut run = RunState::new(&cx, lines_tx);
 
+    let ending = match cx.expiry.race(send_program(&cx, &run.lines_tx)).await {
+        Ok(()) => serve(&mut run, &mut reader, control.as_mut(), &cx).await,
+        Err(expired) => expired.into(),
+    };
+
+    run.work.abort_all();
+    writer.abort();
+    // Everything the run started is killed now; reaping it and removing its scratch directory or container
+    // take milliseconds that the result does not wait for.
+    control.start_kill();
+    cx.cleanups.spawn(async move {
+        control.kill().await;
+        // Dropping it removes the scratch directory, which a program may have filled with many files: not on
+        // the runtime's thread (the stdio server has only one).
+        let _ = tokio::task::spawn_blocking(move || drop(control)).await;
+    });
+    run.into_report(ending, cx.settings)
+}
+
+impl From<Expired> for Ending {
+    fn from(expired: Expired) -> Self {
+        match expired {
+            Expired::Timeout => Ending::Timeout,
+            Expired::Cancelled => Ending::Cancelled,
+            Expired::Stopped => Ending::Stopped,
+        }
+    }
+}
+
+/// Hands the runner its program, with the tools it may call.
+async fn send_program(cx: &RunContext<'_>, lines_tx: &mpsc::Sender<Outgoing>) {
     let catalog = cx.registry.catalog();
     let down = cx.registry.unavailable_prefixes();
     // The runner's check only where the server's cannot prove every tool call sound (src/precheck).
     let runner_checks = cx.settings.precheck && !precheck::proves_sound(cx.code, &catalog).await;
-    let start = ToRunner::Run {
+    let program = ToRunner::Run {
         code: cx.code,
         tools: catalog.runner_tools(),
         not_callable: &catalog.refused,
@@ -110,16 +163,23 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
         precheck: runner_checks,
         max_output_bytes: cx.settings.max_output_bytes,
     };
-    let _ = run.lines_tx.send(vec![start.to_line()]).await;
-    drop(catalog);
+    let _ = lines_tx.send(vec![program.to_line()]).await;
+}
+
+/// The protocol loop: serves the runner until the program is done, the run's expiry, or the runner breaks
+/// the protocol or exits.
+async fn serve(
+    run: &mut RunState<'_>,
+    reader: &mut LineReader<Pin<Box<dyn AsyncRead + Send>>>,
+    control: &mut dyn RunnerControl,
+    cx: &RunContext<'_>,
+) -> Ending {
     let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
     let mut channel_open = true;
-    let ending = loop {
+    loop {
         tokio::select! {
             biased;
-            () = cx.cancel.cancelled() => break Ending::Cancelled,
-            () = cx.stopping.cancelled() => break Ending::Stopped,
-            () = cx.deadline.expired() => break Ending::Timeout,
+            expired = cx.expiry.expired() => break expired.into(),
             Some(_) = run.work.join_next(), if !run.work.is_empty() => {}
             info = control.wait(), if exited.is_none() => {
                 if !channel_open {
@@ -137,18 +197,15 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
                     match message {
                         Ok(FromRunner::Done { error }) => break Ending::Done(error),
                         Ok(message) => {
-                            if let Err(why) = run.handle(message) {
-                                break Ending::Broken(why);
+                            if let Err(breach) = run.handle(message) {
+                                break Ending::Broken(breach);
                             }
                         }
-                        Err(e) => break Ending::Broken(format!("an invalid message ({e})")),
+                        Err(e) => break Ending::Broken(Breach::Invalid(e)),
                     }
                 }
                 Ok(Line::TooLong { len, .. }) => {
-                    break Ending::Broken(format!(
-                        "a message of {len} bytes, more than the {} bytes a message may have",
-                        max_line(cx.settings)
-                    ));
+                    break Ending::Broken(Breach::TooLong { len, max: max_line(cx.settings) });
                 }
                 // The program closed its channel: the run goes on until the interpreter exits (within the
                 // deadline and the client's cancel, like everything here).
@@ -156,23 +213,10 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
                     Some((info, _)) => break Ending::Exited(info),
                     None => channel_open = false,
                 },
-                Err(e) => break Ending::Broken(e.to_string()),
+                Err(e) => break Ending::Broken(Breach::Read(e)),
             },
         }
-    };
-
-    run.work.abort_all();
-    writer.abort();
-    // Everything the run started is killed now; reaping it and removing its scratch directory or container
-    // take milliseconds that the result does not wait for.
-    control.start_kill();
-    cx.cleanups.spawn(async move {
-        control.kill().await;
-        // Dropping it removes the scratch directory, which a program may have filled with many files: not on
-        // the runtime's thread (the stdio server has only one).
-        let _ = tokio::task::spawn_blocking(move || drop(control)).await;
-    });
-    run.into_report(ending, cx.settings)
+    }
 }
 
 /// What the loop keeps while the program runs.
@@ -189,7 +233,7 @@ struct RunState<'a> {
     trace: Arc<Mutex<Trace>>,
     progress: Option<watch::Sender<RunProgress>>,
     approval: Option<Arc<Approval>>,
-    deadline: Deadline,
+    expiry: Expiry,
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
     slots: Arc<Semaphore>,
@@ -209,7 +253,7 @@ impl<'a> RunState<'a> {
             trace: Arc::default(),
             progress: cx.progress.clone(),
             approval: cx.approval.clone().map(Arc::new),
-            deadline: cx.deadline.clone(),
+            expiry: cx.expiry.clone(),
             work: JoinSet::new(),
             slots: Arc::new(Semaphore::new(cx.settings.max_concurrent_calls)),
             attachments: Arc::new(Mutex::new(Attachments::new(
@@ -232,7 +276,7 @@ impl<'a> RunState<'a> {
     }
 
     /// Answers one message from the runner. `Err` means the message breaks the protocol.
-    fn handle(&mut self, message: FromRunner) -> Result<(), String> {
+    fn handle(&mut self, message: FromRunner) -> Result<(), Breach> {
         match message {
             FromRunner::Output { data } => self.output.push(&data),
             FromRunner::Emit { value } => {
@@ -250,7 +294,7 @@ impl<'a> RunState<'a> {
             FromRunner::Helper { id, name, args } => {
                 let line = match helper(self.registry, &name, &args) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
-                    Err(error) => ToRunner::failure(id, &error).to_line(),
+                    Err(error) => ToRunner::failure(id, &error.to_string()).to_line(),
                 };
                 self.reply(line);
             }
@@ -258,28 +302,25 @@ impl<'a> RunState<'a> {
                 let answer = self.attachments().show(call, &blocks.0);
                 let line = match answer.map(|value| to_raw_value(&value).expect("answers serialise")) {
                     Ok(value) => ToRunner::success(id, &value).to_line(),
-                    Err(error) => ToRunner::failure(id, &error).to_line(),
+                    Err(error) => ToRunner::failure(id, &error.to_string()).to_line(),
                 };
                 self.reply(line);
             }
-            FromRunner::Ready { .. } => return Err("a second ready message".to_string()),
+            FromRunner::Ready { .. } => return Err(Breach::SecondReady),
             FromRunner::Done { .. } => unreachable!("done ends the loop before handle"),
         }
         Ok(())
     }
 
-    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>, line: Option<u32>) -> Result<(), String> {
+    fn call(&mut self, id: u64, tool: String, args: Map<String, Value>, line: Option<u32>) -> Result<(), Breach> {
         if tool.len() > MAX_TOOL_NAME {
-            return Err(format!("a tool name of {} bytes", tool.len()));
+            return Err(Breach::LongToolName(tool.len()));
         }
         let mut trace = self.trace();
         if trace.calls().len() >= self.settings.max_tool_calls {
-            trace.count_over_budget();
+            trace.count_over_budget(self.settings.max_tool_calls);
             drop(trace);
-            let error = format!(
-                "tool call budget exhausted: a program may make at most {} tool calls (execution.max_tool_calls)",
-                self.settings.max_tool_calls
-            );
+            let error = budget_exhausted(self.settings.max_tool_calls);
             self.reply(ToRunner::failure(id, &error).to_line());
             return Ok(());
         }
@@ -291,7 +332,7 @@ impl<'a> RunState<'a> {
                  (max_tool_result_bytes, at most 16 MiB); pass a reference (a path, an id) instead of the data",
                 max_arguments(self.settings)
             );
-            trace.finish(index, Err(error.clone()), Instant::now());
+            trace.finish(index, Err(&error), Instant::now());
             drop(trace);
             report_progress(self.progress.as_ref(), &tool);
             self.reply(ToRunner::failure(id, &error).to_line());
@@ -302,7 +343,7 @@ impl<'a> RunState<'a> {
             (Arc::clone(self.registry), Arc::clone(&self.trace), Arc::clone(&self.slots), self.lines_tx.clone());
         let progress = self.progress.clone();
         let approval = self.approval.clone().filter(|approval| approval.needed_for(&tool));
-        let deadline = self.deadline.clone();
+        let expiry = self.expiry.clone();
         let attachments = Arc::clone(&self.attachments);
         let (timeout, max_result) = (self.settings.tool_call_timeout(), self.settings.max_tool_result_bytes);
         self.work.spawn(async move {
@@ -310,7 +351,7 @@ impl<'a> RunState<'a> {
                 Some(approval) => {
                     let request = ApprovalRequest { tool: tool.clone(), arguments: args.clone(), line };
                     // The run's time limit stands still while a person decides.
-                    let _paused = deadline.pause();
+                    let _paused = expiry.pause();
                     approval.ask(&request).await
                 }
                 None => Ok(()),
@@ -320,7 +361,8 @@ impl<'a> RunState<'a> {
                     let _slot = slots.acquire_owned().await;
                     registry.call(&tool, args, timeout, max_result).await
                 }
-                Err(refused) => Err(refused),
+                // Its words are the program's ToolError.
+                Err(refused) => Err(refused.to_string()),
             };
             // The result is moved into its line, not copied: a large one is held once while it is sent.
             let (line, ended) = match result {
@@ -339,6 +381,7 @@ impl<'a> RunState<'a> {
             let large = matches!(ended, Ok(len) if len >= trim::AFTER_BYTES);
             // Recorded before the program can see the result: a call it got an answer to is never reported
             // as cancelled.
+            let ended = ended.as_ref().copied().map_err(String::as_str);
             trace.lock().unwrap_or_else(|e| e.into_inner()).finish(index, ended, Instant::now());
             report_progress(progress.as_ref(), &tool);
             let _ = lines_tx.send(line).await;
@@ -430,12 +473,17 @@ fn json_size<T: serde::Serialize>(value: &T) -> usize {
 
 /// The introspection helpers available inside programs (not counted against budgets); they take the
 /// arguments of the MCP tools of the same names.
-fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<Box<RawValue>, String> {
+fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<Box<RawValue>, HelperError> {
     let value = match name {
-        "list_callable_tools" => ListRequest::parse(args)?.list(&registry.catalog()).into_value(),
-        "inspect_tool" => InspectRequest::parse(args)?.inspect(&registry.catalog())?.into_value(),
+        "list_callable_tools" => {
+            ListRequest::parse(args).map_err(HelperError::Arguments)?.list(&registry.catalog()).into_value()
+        }
+        "inspect_tool" => InspectRequest::parse(args)
+            .and_then(|request| request.inspect(&registry.catalog()))
+            .map_err(HelperError::Arguments)?
+            .into_value(),
         "server_status" => serde_json::to_value(registry.statuses()).expect("statuses serialise"),
-        other => return Err(format!("unknown helper '{}'", shorten(other, MAX_TOOL_NAME))),
+        other => return Err(HelperError::Unknown(shorten(other, MAX_TOOL_NAME))),
     };
     Ok(to_raw_value(&value).expect("helper values serialise"))
 }
@@ -443,7 +491,7 @@ fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<
 /// A line to the runner, in the parts it was built in (see [`ToRunner::success_parts`]).
 type Outgoing = Vec<Vec<u8>>;
 
-async fn write_lines(mut to_runner: std::pin::Pin<Box<dyn AsyncWrite + Send>>, mut lines: mpsc::Receiver<Outgoing>) {
+async fn write_lines(mut to_runner: Pin<Box<dyn AsyncWrite + Send>>, mut lines: mpsc::Receiver<Outgoing>) {
     while let Some(mut parts) = lines.recv().await {
         // Whatever else is ready goes out with it.
         while let Ok(more) = lines.try_recv() {

@@ -71,6 +71,8 @@ pub struct Trace {
     calls: Vec<CallRecord>,
     /// Calls refused because the budget was spent: counted (all failed), not stored.
     over_budget: usize,
+    /// The budget they were refused for (`execution.max_tool_calls`).
+    budget: usize,
     /// Bytes of arguments shown so far.
     shown_arguments: usize,
 }
@@ -92,14 +94,15 @@ impl Trace {
         self.calls.len() - 1
     }
 
-    /// Counts a call refused for the exhausted budget.
-    pub fn count_over_budget(&mut self) {
+    /// Counts a call refused because the program had made `budget` calls already.
+    pub fn count_over_budget(&mut self, budget: usize) {
         self.over_budget += 1;
+        self.budget = budget;
     }
 
-    /// Records how call `index` ended, at `ended`: the size of its result, or its error. A call already
-    /// marked cancelled stays so.
-    pub fn finish(&mut self, index: usize, result: Result<usize, String>, ended: Instant) {
+    /// Records how call `index` ended, at `ended`: the size of its result, or the error the program got. A
+    /// call already marked cancelled stays so.
+    pub fn finish(&mut self, index: usize, result: Result<usize, &str>, ended: Instant) {
         let Some(call) = self.calls.get_mut(index).filter(|call| call.status == CallStatus::InFlight) else {
             return;
         };
@@ -110,7 +113,7 @@ impl Trace {
             }
             Err(error) => {
                 call.status = CallStatus::Failed;
-                call.error = Some(shorten(&error, MAX_KEPT_ERROR));
+                call.error = Some(shorten(error, MAX_KEPT_ERROR));
             }
         }
         call.duration = Some(ended.saturating_duration_since(call.started));
@@ -171,8 +174,8 @@ impl Trace {
     }
 
     /// The seed's summary: `[tool calls: N, F failed; X.Xs]`, then up to five failures (cancelled calls
-    /// included) and how many more there were. `None` when no call was made. The time is the wall-clock
-    /// time during which at least one call was in flight.
+    /// included), how many more there were, and one line for the calls refused for the budget. `None` when
+    /// no call was made. The time is the wall-clock time during which at least one call was in flight.
     pub fn summary(&self) -> Option<String> {
         if self.count() == 0 {
             return None;
@@ -194,9 +197,12 @@ impl Trace {
                 )),
             }
         }
-        let listed = failures.len().min(MAX_LISTED_FAILURES);
-        if failed_count > listed {
-            out.push_str(&format!("\n  ... {} more failures", failed_count - listed));
+        if failures.len() > MAX_LISTED_FAILURES {
+            out.push_str(&format!("\n  ... {} more failures", failures.len() - MAX_LISTED_FAILURES));
+        }
+        if self.over_budget > 0 {
+            let calls = if self.over_budget == 1 { "call" } else { "calls" };
+            out.push_str(&format!("\n  refused: {} {calls}: {}", self.over_budget, budget_exhausted(self.budget)));
         }
         Some(out)
     }
@@ -232,6 +238,11 @@ impl Trace {
             Value::String(format!("({size} bytes of arguments, not shown)"))
         }
     }
+}
+
+/// Why a call past the budget is refused: the program's `ToolError` and the summary say the same.
+pub fn budget_exhausted(budget: usize) -> String {
+    format!("tool call budget exhausted: a program may make at most {budget} tool calls (execution.max_tool_calls)")
 }
 
 /// `text` cut to at most `max` bytes (on a character boundary), with an ellipsis when cut.
@@ -272,7 +283,7 @@ mod tests {
         trace.finish(ok, Ok(2), Instant::now());
         for i in 0..7 {
             let i = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
-            trace.finish(i, Err("boom".into()), Instant::now());
+            trace.finish(i, Err("boom"), Instant::now());
         }
         let summary = trace.summary().unwrap();
         let lines: Vec<&str> = summary.lines().collect();
@@ -310,19 +321,37 @@ mod tests {
         let i = start(&mut trace, "t", json!({}));
         trace.finish(i, Ok(2), Instant::now());
         for _ in 0..3 {
-            trace.count_over_budget();
+            trace.count_over_budget(1);
         }
         assert_eq!(trace.calls().len(), 1);
         let summary = trace.summary().unwrap();
         assert!(summary.starts_with("[tool calls: 4, 3 failed; "), "{summary}");
-        assert!(summary.ends_with("\n  ... 3 more failures"), "{summary}");
+        let refused = "refused: 3 calls: tool call budget exhausted: a program may make at most 1 tool calls \
+                       (execution.max_tool_calls)";
+        assert_eq!(summary.lines().skip(1).collect::<Vec<_>>(), [format!("  {refused}")], "{summary}");
+    }
+
+    #[test]
+    fn refused_calls_follow_the_listed_failures_and_their_count() {
+        let mut trace = Trace::default();
+        for i in 0..7 {
+            let call = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
+            trace.finish(call, Err("boom"), Instant::now());
+        }
+        trace.count_over_budget(7);
+        let summary = trace.summary().unwrap();
+        let lines: Vec<&str> = summary.lines().collect();
+        assert!(lines[0].starts_with("[tool calls: 8, 8 failed; "), "{summary}");
+        assert_eq!(lines.len(), 8, "{summary}");
+        assert_eq!(lines[6], "  ... 2 more failures");
+        assert!(lines[7].starts_with("  refused: 1 call: tool call budget exhausted: "), "{summary}");
     }
 
     #[test]
     fn long_errors_are_shortened_in_the_trace_and_more_in_the_summary() {
         let mut trace = Trace::default();
         let i = start(&mut trace, "t", json!({}));
-        trace.finish(i, Err("é".repeat(5000)), Instant::now());
+        trace.finish(i, Err(&"é".repeat(5000)), Instant::now());
         assert!(trace.calls()[0].error.as_ref().unwrap().len() <= MAX_KEPT_ERROR);
         let summary = trace.summary().unwrap();
         let line = summary.lines().nth(1).unwrap();
@@ -354,9 +383,9 @@ mod tests {
         let mut trace = Trace::default();
         for i in 0..2000 {
             let call = start(&mut trace, &format!("mcp__server__tool_{i}"), json!({"i": i}));
-            trace.finish(call, Err("e".repeat(500)), Instant::now());
+            trace.finish(call, Err(&"e".repeat(500)), Instant::now());
         }
-        trace.count_over_budget();
+        trace.count_over_budget(2000);
         let (listed, not_listed) = trace.listed();
         let listed = listed.as_array().unwrap().len();
         assert!(listed > 10 && listed < 100, "{listed}");

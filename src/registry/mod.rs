@@ -69,6 +69,9 @@ pub struct Registry {
     supervisors: Mutex<JoinSet<()>>,
 }
 
+/// How long the first listing or run after start-up waits for servers that are still connecting (see
+/// [`Registry::wait_for_first_attempts`]).
+pub const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(15);
 /// How long [`Registry::shutdown`] waits for the supervisors to close their sessions politely (which takes
 /// at most ~2 s each, in parallel) before it kills what is left.
 const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);

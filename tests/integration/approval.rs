@@ -21,8 +21,14 @@ fn confirm_config(execution: &str, tools: &str) -> String {
 
 /// Runs PROGRAM through the SDK client on stdio with `client_args` (e.g. `--elicit accept`); the report.
 async fn over_stdio(config_text: &str, client_args: &[&str]) -> Option<Value> {
+    run_over_stdio(PROGRAM, config_text, client_args).await
+}
+
+/// [`over_stdio`] with another program.
+async fn run_over_stdio(code: &str, config_text: &str, client_args: &[&str]) -> Option<Value> {
     let (_dir, server) = stdio_server(config_text);
-    let args = ["--protocol", "2025-11-25", "--code", PROGRAM].iter().chain(client_args).map(std::ffi::OsString::from);
+    let first = ["--protocol", "2025-11-25", "--code", code];
+    let args = first.iter().chain(client_args).map(std::ffi::OsString::from);
     sdk_client_report(args.chain(server)).await
 }
 
@@ -88,6 +94,25 @@ async fn the_time_limit_stands_still_while_the_user_thinks_and_the_wait_is_bound
 }
 
 #[apply(integration_test!)]
+async fn waits_for_approval_extend_a_run_by_confirm_timeout_seconds_at_most_in_all() {
+    // A program that always has an approval pending: each wait (1 s, then a ToolError) is within
+    // confirm_timeout_seconds, all of them together are not. The run gets 5 s plus 1 s of waits.
+    let nagging = "while True:\n    try:\n        await mcp__mock__add(a=1, b=2)\n    except ToolError:\n        pass";
+    let config = confirm_config("  timeout_seconds: 5\n", "  confirm_timeout_seconds: 1\n");
+    let client = ["--elicit", "accept", "--elicit-delay", "30", "--timeout", "20"];
+    let Some(report) = run_over_stdio(nagging, &config, &client).await else { return };
+    let text = report["execute"]["text"].as_str().unwrap_or_default();
+    if text.contains("SandboxError") {
+        let _ = sandbox_unusable(text);
+        return;
+    }
+    assert!(text.starts_with("[Script execution failed]\nTimeoutError: Execution exceeded 5s limit"), "{report}");
+    // Each call waited its 1 s, and the run lasted 6 s at most (a client still waiting fails the report).
+    let calls = report["execute"]["structured"]["tool_calls"].as_array().unwrap().len();
+    assert!((1..=7).contains(&calls), "{calls} calls waited: {report}");
+}
+
+#[apply(integration_test!)]
 async fn a_2026_client_is_asked_through_input_required_results_and_the_run_resumes() {
     let ptc = HttpPtc::start(&confirm_config("", ""), &format!("{}    max_concurrent_runs: 4\n", token_keys())).await;
     let twice = format!("{PROGRAM}\n{PROGRAM}");
@@ -128,6 +153,43 @@ async fn a_2026_client_cannot_resume_with_a_state_it_was_not_given() {
         response.contains("\"isError\":true") && response.contains("requestState names no run waiting"),
         "{response}"
     );
+}
+
+#[apply(integration_test!)]
+async fn a_parked_run_whose_client_never_comes_back_frees_its_slot_when_its_time_is_up() {
+    // One run slot. A 2026 client's run asks for approval, is parked, and its client never comes back; the
+    // program keeps asking. Another client's run gets the slot once the parked run's time is up (1 s to
+    // answer and a short margin), long before the parked run's own limit (30 s).
+    let token = "approval-test-token-0123456789";
+    let http = format!("    token: {token}\n    max_concurrent_runs: 1\n");
+    let config = confirm_config("  timeout_seconds: 30\n", "  confirm_timeout_seconds: 1\n");
+    let ptc = HttpPtc::start(&config, &http).await;
+    let call = |id: u32, code: &str| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "execute_program", "arguments": {"code": code},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+                      "io.modelcontextprotocol/clientCapabilities": {}}}})
+        .to_string()
+    };
+    let authorization = format!("Bearer {token}");
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "execute_program"),
+        ("Authorization", authorization.as_str()),
+    ];
+    let nagging = "while True:\n    try:\n        await mcp__mock__add(a=1, b=2)\n    except ToolError:\n        pass";
+    let (status, parked) = crate::http::raw(ptc.port(), "/mcp", &headers, &call(1, nagging)).await;
+    if parked.contains("SandboxError") {
+        let _ = sandbox_unusable(&parked);
+        return;
+    }
+    assert!(status == 200 && parked.contains("requestState"), "{parked}");
+    let started = std::time::Instant::now();
+    let (status, second) = crate::http::raw(ptc.port(), "/mcp", &headers, &call(2, "print('second')")).await;
+    assert!(status == 200 && second.contains("[Script executed successfully]\\nsecond"), "{second}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "the slot freed after {:?}", started.elapsed());
 }
 
 #[apply(integration_test!)]

@@ -11,6 +11,13 @@ async fn ptc_with_mock(execution: &str) -> Ptc {
     Ptc::start(&config(&[mock_server("mock", &[])], execution)).await
 }
 
+/// Runs one program, whatever comes of it: the server's first run also waits for the sandbox's check, the
+/// first connections and a runner's start, which count against its time limit. Tests of what a program's
+/// own time limit does start after it, so that a busy machine does not end them before the program starts.
+async fn warm_up(ptc: &Ptc) {
+    let _ = ptc.execute("print(1)").await;
+}
+
 #[apply(integration_test!)]
 async fn printed_output_comes_back_with_the_success_line() {
     let ptc = Ptc::start(&config(&[], "")).await;
@@ -57,7 +64,8 @@ async fn a_syntax_error_points_at_the_program_line() {
 
 #[apply(integration_test!)]
 async fn a_run_that_times_out_keeps_its_output_and_says_which_calls_were_cancelled() {
-    let ptc = ptc_with_mock("  timeout_seconds: 2\n").await;
+    let ptc = ptc_with_mock("  timeout_seconds: 5\n").await;
+    warm_up(&ptc).await;
     let started = Instant::now();
     let run = ptc
         .execute("print('before')\nimport asyncio\nawait asyncio.gather(mcp__mock__echo(x=1), mcp__mock__hang())")
@@ -65,7 +73,7 @@ async fn a_run_that_times_out_keeps_its_output_and_says_which_calls_were_cancell
     let text = run.expect_error();
     // The hanging call's own limit (tool_call_timeout_seconds) is 60 s: the run must not wait for it.
     assert!(started.elapsed() < Duration::from_secs(40), "took {:?}", started.elapsed());
-    assert!(text.starts_with("[Script execution failed]\nTimeoutError: Execution exceeded 2s limit"), "{text}");
+    assert!(text.starts_with("[Script execution failed]\nTimeoutError: Execution exceeded 5s limit"), "{text}");
     assert!(text.contains("--- output before the error ---\nbefore"), "{text}");
     assert!(text.contains("[tool calls: 2, 1 failed; "), "{text}");
     assert!(text.contains("  cancelled: mcp__mock__hang (still running when the run ended)"), "{text}");
@@ -76,10 +84,11 @@ async fn a_run_that_times_out_keeps_its_output_and_says_which_calls_were_cancell
 
 #[apply(integration_test!)]
 async fn cpu_bound_code_is_killed_at_the_deadline() {
-    let ptc = Ptc::start(&config(&[], "  timeout_seconds: 3\n")).await;
+    let ptc = Ptc::start(&config(&[], "  timeout_seconds: 5\n")).await;
+    warm_up(&ptc).await;
     let text = ptc.execute("print('spinning', flush=True)\nwhile True:\n    pass").await.expect_error();
     // Killed by the server at the deadline, not by the CPU-time limit behind it (which says SIGXCPU).
-    assert!(text.contains("TimeoutError: Execution exceeded 3s limit") && text.contains("spinning"), "{text}");
+    assert!(text.contains("TimeoutError: Execution exceeded 5s limit") && text.contains("spinning"), "{text}");
 }
 
 #[apply(integration_test!)]
@@ -131,6 +140,14 @@ async fn the_tool_call_budget_is_enforced_by_the_server() {
     let text = run.expect_ok();
     assert!(text.contains("3 tool call budget exhausted: a program may make at most 3 tool calls"), "{text}");
     assert!(text.contains("[tool calls: 5, 2 failed; "), "{text}");
+    // The summary says why the two failed: one line for the calls refused for the budget.
+    assert!(
+        text.ends_with(
+            "\n  refused: 2 calls: tool call budget exhausted: a program may make at most 3 tool calls \
+             (execution.max_tool_calls)"
+        ),
+        "{text}"
+    );
     // Calls past the budget are counted, not listed.
     assert_eq!(run.structured()["tool_calls"].as_array().unwrap().len(), 3);
     assert_eq!(run.structured()["tool_calls_not_listed"], json!(2));
@@ -365,6 +382,57 @@ async fn an_unavailable_sandbox_refuses_runs_with_the_reason_and_the_fix() {
     assert!(text.contains("set execution.sandbox to"), "{text}");
     let (names, _) = ptc.list_callable_tools().await;
     assert!(names.is_empty(), "discovery still works");
+}
+
+/// A Docker engine that accepts connections and never answers (a hung daemon), and a config whose runs use
+/// it with `execution` keys; the listener lives as long as the returned directory's task.
+fn hung_docker_engine(execution: &str) -> (tempfile::TempDir, tokio::task::JoinHandle<()>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("docker.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let engine = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((connection, _)) = listener.accept().await {
+            held.push(connection);
+        }
+    });
+    let config = format!(
+        "servers: []\nexecution:\n  sandbox: docker\n  pool_size: 0\n{execution}  docker:\n    host: unix://{}\n",
+        socket.display()
+    );
+    (dir, engine, config)
+}
+
+#[apply(integration_test!)]
+async fn a_run_whose_sandbox_hangs_while_it_is_prepared_ends_at_its_time_limit() {
+    let (_dir, engine, config) = hung_docker_engine("  timeout_seconds: 2\n");
+    let ptc = Ptc::start(&config).await;
+    let started = Instant::now();
+    let text = ptc.execute("print(1)").await.expect_error();
+    assert_eq!(
+        text,
+        "[Script execution failed]\nTimeoutError: Execution exceeded 2s limit before the program started: the \
+         sandbox's availability check had not finished"
+    );
+    assert!(started.elapsed() < Duration::from_secs(8), "answered after {:?}", started.elapsed());
+    engine.abort();
+}
+
+#[apply(integration_test!)]
+async fn the_client_can_cancel_a_run_while_it_is_prepared() {
+    let (_dir, engine, config) = hung_docker_engine("");
+    let ptc = Ptc::start_logging(&config, &[], Some("info")).await;
+    let params = rmcp::model::CallToolRequestParams::new("execute_program")
+        .with_arguments(json!({"code": "print(1)"}).as_object().unwrap().clone());
+    // Dropping the request after a second cancels it.
+    let cancelled = tokio::time::timeout(Duration::from_secs(1), ptc.client.peer().call_tool(params)).await;
+    assert!(cancelled.is_err(), "the run waits for the engine: {cancelled:?}");
+    let ended = eventually(Duration::from_secs(5), || {
+        ptc.log().lines().any(|line| line.contains("run finished") && line.contains("outcome=\"cancelled\""))
+    })
+    .await;
+    assert!(ended, "the run did not end at the client's cancel:\n{}", ptc.log());
+    engine.abort();
 }
 
 #[apply(integration_test!)]

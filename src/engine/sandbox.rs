@@ -1,0 +1,139 @@
+//! The sandbox as runs use it: the backend's availability and the pool of ready runners. Preparing a run
+//! — the availability check, a ready runner, the first connections to downstream servers — is what a run
+//! does before its program starts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ptc_backends::{Availability, SandboxBackend, SandboxKind, SpawnRequest};
+use tokio::sync::{Mutex, watch};
+use tokio::time::Instant;
+
+use super::pool::{Lease, ReadyRunner, RunnerPool, StartError};
+use crate::registry::{FIRST_CONNECT_WAIT, Registry};
+
+/// An unusable sandbox is probed again after this long, so that a passing failure (an engine still starting,
+/// an overloaded machine) does not last until the server restarts, while runs in between fail at once.
+const REPROBE_AFTER: Duration = Duration::from_secs(30);
+
+pub struct Sandbox {
+    backend: Arc<dyn SandboxBackend>,
+    /// The last probe's answer; a usable one is kept for good.
+    availability: Mutex<Option<Probed>>,
+    pool: Arc<RunnerPool>,
+}
+
+struct Probed {
+    availability: Availability,
+    at: Instant,
+}
+
+impl Probed {
+    fn still_holds(&self, now: Instant) -> bool {
+        self.availability.is_usable() || now.duration_since(self.at) < REPROBE_AFTER
+    }
+}
+
+/// A run ready for its program.
+pub struct Prepared {
+    pub runner: ReadyRunner,
+    /// The run's share of the demand for ready runners, until it is over.
+    pub lease: Lease,
+}
+
+/// Why a run could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum Unprepared {
+    #[error("the '{kind}' sandbox is unavailable: {reason}")]
+    Unavailable { kind: SandboxKind, reason: String },
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+/// What a run's preparation is waiting for, for the message when the run ends first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preparing {
+    Probe,
+    Runner,
+    Servers,
+}
+
+impl std::fmt::Display for Preparing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Preparing::Probe => "the sandbox's availability check had not finished",
+            Preparing::Runner => "the sandbox had not started a runner for it yet",
+            Preparing::Servers => "downstream servers were still making their first connection",
+        })
+    }
+}
+
+impl Sandbox {
+    pub fn new(backend: Arc<dyn SandboxBackend>, request: SpawnRequest, pool_size: usize) -> Self {
+        let pool = RunnerPool::new(Arc::clone(&backend), request, pool_size);
+        Sandbox { backend, availability: Mutex::new(None), pool }
+    }
+
+    pub fn kind(&self) -> SandboxKind {
+        self.backend.kind()
+    }
+
+    /// The backend's availability: probed on first use, and again (at most every [`REPROBE_AFTER`]) while
+    /// unusable. Once usable, the pool of ready runners starts filling.
+    pub async fn availability(&self) -> Availability {
+        let mut last = self.availability.lock().await;
+        if let Some(probed) = last.as_ref().filter(|probed| probed.still_holds(Instant::now())) {
+            return probed.availability.clone();
+        }
+        let availability = self.backend.probe().await;
+        if availability.is_usable() {
+            self.pool.refill();
+        }
+        *last = Some(Probed { availability: availability.clone(), at: Instant::now() });
+        availability
+    }
+
+    /// Prepares a run, saying in `phase` what it waits for; as long as the caller waits.
+    pub async fn prepare(&self, registry: &Registry, phase: watch::Sender<Preparing>) -> Result<Prepared, Unprepared> {
+        if let Availability::Unavailable { reason } = self.availability().await {
+            return Err(Unprepared::Unavailable { kind: self.kind(), reason });
+        }
+        // Counts as demand from before the run takes a runner; the pool refills when the run is over.
+        let lease = self.pool.lease();
+        phase.send_replace(Preparing::Runner);
+        let runner = async {
+            let runner = self.pool.take().await;
+            phase.send_replace(Preparing::Servers);
+            runner
+        };
+        let (runner, ()) = tokio::join!(runner, registry.wait_for_first_attempts(FIRST_CONNECT_WAIT));
+        Ok(Prepared { runner: runner?, lease })
+    }
+
+    /// At shutdown, before the backend's: kills the ready runners and those being started.
+    pub async fn close_pool(&self) {
+        self.pool.close().await;
+    }
+
+    /// At shutdown, last: lets the backend remove what it keeps outside this process.
+    pub async fn shutdown_backend(&self) {
+        self.backend.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usable_sandbox_is_kept_and_an_unusable_one_is_probed_again_later() {
+        let at = Instant::now();
+        let probed = |availability| Probed { availability, at };
+        let later = at + REPROBE_AFTER;
+        let usable = probed(Availability::Available { detail: "ok".into() });
+        assert!(usable.still_holds(at) && usable.still_holds(later));
+        let unusable = probed(Availability::Unavailable { reason: "engine down".into() });
+        assert!(unusable.still_holds(at + REPROBE_AFTER / 2));
+        assert!(!unusable.still_holds(later));
+    }
+}
