@@ -1,6 +1,6 @@
 //! What `list_callable_tools` and `inspect_tool` answer, for the MCP tools and the helpers inside programs
 //! alike: the same arguments, checked the same way, and the same listings. With no arguments beyond the
-//! seed's, the answers are the seed's.
+//! original ptc-mcp's, the answers are the original's.
 
 use serde_json::{Map, Value};
 
@@ -120,7 +120,7 @@ impl InspectRequest {
         Ok(InspectRequest { tool_name: tool_name.clone(), python })
     }
 
-    /// The tool's description; `Err` is the seed's `[Tool not found]` message.
+    /// The tool's description; `Err` is the original's `[Tool not found]` message.
     pub fn inspect(&self, catalog: &Catalog) -> Result<Inspection, String> {
         let Some(entry) = catalog.tools.get(&self.tool_name) else {
             return Err(format!(

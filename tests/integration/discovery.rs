@@ -124,7 +124,7 @@ async fn cost(ptc: &Ptc, calls: &[(&str, Value)]) -> (usize, usize) {
     (written, read)
 }
 
-/// The measure: the README task, discovered the seed's way (list every name, inspect the tool, run)
+/// The measure of discovery's cost: the README task, discovered the original's way (list every name, inspect the tool, run)
 /// and with a query for signatures (then run), on the demo server. What comes back costs at most 60 % of
 /// today's, and every parameter description is still there.
 #[apply(integration_test!)]

@@ -1,4 +1,4 @@
-//! Sandbox escape suite: every attempt a program could make to get out of its sandbox (SPEC §5), one test per
+//! Sandbox escape suite: every attempt a program could make to get out of its sandbox (README, "Sandboxes"), one test per
 //! attempt, plus functional checks that ordinary programs keep working inside every sandbox.
 //!
 //! Each attempt is a short stdlib-only Python program (ctypes for raw x86_64 syscalls) run through
