@@ -7,26 +7,24 @@
 
 mod exit_watch;
 mod large_texts;
+mod stderr;
 mod tool_result;
 mod transport;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::config::ServerConfig;
 use exit_watch::ExitWatch;
+use stderr::LastLine;
 pub use transport::{LineTransport, oversized_bytes};
 
 /// Variables a downstream inherits from the server's environment when set (as the official SDKs do);
 /// everything else must be given in its `env`.
 const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
-/// The longest stderr line kept to explain why a server stopped.
-const STDERR_LINE_CHARS: usize = 300;
 /// How long its last stderr line may take to arrive once the group is gone. Bounded: a process that left
 /// the group can hold the pipe open for good.
 const STDERR_DRAIN: Duration = Duration::from_millis(300);
@@ -45,8 +43,8 @@ pub struct StdioProcess {
     /// Set once the leader is reaped (after its group was killed): the group id is no longer ours.
     reaped: bool,
     status: Option<ExitStatus>,
-    last_stderr_line: Arc<Mutex<Option<String>>>,
-    /// The task reading stderr; it ends at EOF, after the last line is in `last_stderr_line`.
+    last_stderr_line: LastLine,
+    /// The task draining stderr; it ends at EOF, after the last line is in `last_stderr_line`.
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -70,11 +68,11 @@ impl StdioProcess {
             return Err(format!("'{command}' started without its stdio piped"));
         };
         let pgid = pid as libc::pid_t;
-        let last_stderr_line = Arc::new(Mutex::new(None));
+        let last_stderr_line = LastLine::default();
         let stderr_reader = child
             .stderr
             .take()
-            .map(|stderr| tokio::spawn(follow_stderr(config.name.clone(), stderr, Arc::clone(&last_stderr_line))));
+            .map(|stderr| tokio::spawn(stderr::drain(config.name.clone(), stderr, last_stderr_line.clone())));
         let process = StdioProcess {
             child,
             pgid,
@@ -100,7 +98,7 @@ impl StdioProcess {
             Some(status) => describe(status),
             None => "exited".to_string(),
         };
-        Some(match self.last_stderr_line.lock().unwrap_or_else(|e| e.into_inner()).as_deref() {
+        Some(match self.last_stderr_line.get() {
             Some(line) => format!("{what}: {line}"),
             None => what,
         })
@@ -154,18 +152,6 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Logs a downstream's stderr (at debug level) and keeps its last non-blank line.
-async fn follow_stderr(server: String, stderr: ChildStderr, last: Arc<Mutex<Option<String>>>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(server, "stderr: {line}");
-        let line = line.trim();
-        if !line.is_empty() {
-            *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(line.chars().take(STDERR_LINE_CHARS).collect());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -195,6 +181,16 @@ mod tests {
         assert_eq!(reason.as_deref(), Some("exited with status 3: ValueError: boom"));
     }
 
+    /// A byte that is not UTF-8, then more than a pipe holds: the server neither blocks nor loses its stderr.
+    #[tokio::test]
+    async fn stderr_is_drained_whatever_its_bytes_and_its_last_line_still_explains_the_exit() {
+        let script = "printf 'bad \\377 byte\\n' >&2; head -c 1000000 /dev/zero | tr '\\0' x >&2; echo >&2; \
+                      echo 'ValueError: boom' >&2; exit 3";
+        let (mut process, _transport) = StdioProcess::spawn(&server(script), 1000).unwrap();
+        let reason = process.exit_reason(Duration::from_secs(10)).await;
+        assert_eq!(reason.as_deref(), Some("exited with status 3: ValueError: boom"));
+    }
+
     #[tokio::test]
     async fn once_the_leader_exits_the_rest_of_its_group_is_killed() {
         let (mut process, _transport) =
@@ -220,7 +216,7 @@ mod tests {
     /// The pid a test script printed to its stderr.
     async fn helper_pid(process: &StdioProcess) -> u32 {
         loop {
-            if let Some(pid) = process.last_stderr_line.lock().unwrap().as_deref().and_then(|l| l.parse().ok()) {
+            if let Some(pid) = process.last_stderr_line.get().and_then(|l| l.parse().ok()) {
                 return pid;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
