@@ -295,7 +295,7 @@ fn describe_call_error(name: &str, server: &str, error: ServiceError, loss: Opti
     };
     match error {
         ServiceError::McpError(e) => format!("'{name}' failed: {} (JSON-RPC error {})", e.message, e.code.0),
-        ServiceError::TransportSend(e) => match liveness::loss_in(&e, server) {
+        ServiceError::TransportSend(e) => match liveness::loss_of(&e) {
             Some(own) => lost(Some(own)),
             // Not a lost connection (e.g. an oversized or malformed response): the transport's own words.
             None => format!("'{name}' failed: {}", e.error),
