@@ -120,16 +120,21 @@ async fn endpoint_event(frames: &mut ByteFrames) -> Result<String, Loss> {
     }
 }
 
+/// Why the `endpoint` event cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum EndpointError {
+    #[error("the `endpoint` event is not a valid URL: {0}")]
+    Invalid(String),
+    #[error("the `endpoint` event points to another origin ({0}); refusing to send the configured headers there")]
+    OtherOrigin(String),
+}
+
 /// The POST URL from the `endpoint` event, relative to the stream's URL. It must stay on the same origin:
 /// the configured headers (credentials) go with every POST.
-fn resolve_endpoint(stream_url: &Url, endpoint: &str) -> Result<Url, String> {
-    let resolved =
-        stream_url.join(endpoint.trim()).map_err(|e| format!("the `endpoint` event is not a valid URL: {e}"))?;
+fn resolve_endpoint(stream_url: &Url, endpoint: &str) -> Result<Url, EndpointError> {
+    let resolved = stream_url.join(endpoint.trim()).map_err(|e| EndpointError::Invalid(e.to_string()))?;
     if resolved.origin() != stream_url.origin() {
-        return Err(format!(
-            "the `endpoint` event points to another origin ({}); refusing to send the configured headers there",
-            remote::origin(&resolved)
-        ));
+        return Err(EndpointError::OtherOrigin(remote::origin(&resolved)));
     }
     Ok(resolved)
 }
@@ -225,7 +230,7 @@ mod tests {
     fn an_endpoint_on_another_origin_is_refused() {
         let stream = Url::parse("https://mcp.example.com/sse").unwrap();
         let error = resolve_endpoint(&stream, "https://elsewhere.example.net/messages?s=1").unwrap_err();
-        assert!(error.contains("another origin (https://elsewhere.example.net)"), "{error}");
+        assert!(error.to_string().contains("another origin (https://elsewhere.example.net)"), "{error}");
     }
 
     #[test]

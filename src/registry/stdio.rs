@@ -35,6 +35,15 @@ const TERM_GRACE: Duration = Duration::from_secs(1);
 
 pub type StdioTransport = LineTransport<ChildStdout, ChildStdin>;
 
+/// Why a downstream process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("could not start '{command}': {source}")]
+    Start { command: String, source: std::io::Error },
+    #[error("'{command}' started without its stdio piped")]
+    NotPiped { command: String },
+}
+
 /// A running downstream process, leader of its own process group. Dropping it kills the group.
 pub struct StdioProcess {
     child: Child,
@@ -51,7 +60,7 @@ pub struct StdioProcess {
 impl StdioProcess {
     /// Starts the server and returns it with the transport over its stdin/stdout, whose lines may be up to
     /// `max_line` bytes long.
-    pub fn spawn(config: &ServerConfig, max_line: usize) -> Result<(StdioProcess, StdioTransport), String> {
+    pub fn spawn(config: &ServerConfig, max_line: usize) -> Result<(StdioProcess, StdioTransport), SpawnError> {
         let command = config.command.as_deref().unwrap_or_default();
         let mut cmd = Command::new(command);
         cmd.args(&config.args)
@@ -63,9 +72,9 @@ impl StdioProcess {
             .stderr(Stdio::piped())
             // Its own group, so that helpers it starts (npx → node) go with it.
             .process_group(0);
-        let mut child = cmd.spawn().map_err(|e| format!("could not start '{command}': {e}"))?;
+        let mut child = cmd.spawn().map_err(|source| SpawnError::Start { command: command.to_string(), source })?;
         let (Some(pid), Some(stdout), Some(stdin)) = (child.id(), child.stdout.take(), child.stdin.take()) else {
-            return Err(format!("'{command}' started without its stdio piped"));
+            return Err(SpawnError::NotPiped { command: command.to_string() });
         };
         let pgid = pid as libc::pid_t;
         let last_stderr_line = LastLine::default();
