@@ -11,6 +11,7 @@ mod top_level_id;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use top_level_id::IdScanner;
+pub use top_level_id::top_level_id;
 
 /// Bytes asked for per read when no line is in progress.
 const READ_CHUNK: usize = 64 * 1024;

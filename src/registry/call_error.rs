@@ -5,7 +5,7 @@ use rmcp::ServiceError;
 
 use super::liveness::{self, Loss, LossKind};
 use super::result::ResultError;
-use super::stdio;
+use super::stdio::BadAnswer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -36,6 +36,8 @@ pub enum Failure {
     /// The server rejected the configured credentials (the words say what to check).
     #[error("{0}")]
     Credentials(String),
+    #[error("server '{server}' sent an answer that cannot be read: {why}")]
+    Unreadable { server: String, why: String },
     #[error("server '{server}' sent a malformed result")]
     Malformed { server: String },
     /// A failure that is no lost connection (e.g. an oversized or malformed HTTP response), in the
@@ -57,11 +59,12 @@ impl CallError {
             loss => failed(Failure::Lost { server: server.to_string(), reason: loss.map(|loss| loss.reason) }),
         };
         match error {
-            ServiceError::McpError(error) => match stdio::oversized_bytes(&error) {
-                Some(bytes) => CallError::Result {
+            ServiceError::McpError(error) => match BadAnswer::of(&error) {
+                Some(BadAnswer::TooLong { bytes }) => CallError::Result {
                     tool: tool.to_string(),
                     error: ResultError::TooLarge { bytes, max: max_result_bytes },
                 },
+                Some(BadAnswer::Unreadable(why)) => failed(Failure::Unreadable { server: server.to_string(), why }),
                 None => failed(Failure::JsonRpc { message: error.message.into_owned(), code: error.code.0 }),
             },
             ServiceError::TransportSend(error) => match liveness::loss_of(&error) {

@@ -20,7 +20,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use crate::config::ServerConfig;
 use exit_watch::ExitWatch;
 use stderr::LastLine;
-pub use transport::{LineTransport, oversized_bytes};
+pub use transport::{BadAnswer, LineTransport};
 
 /// Variables a downstream inherits from the server's environment when set (as the official SDKs do);
 /// everything else must be given in its `env`.

@@ -236,6 +236,25 @@ def register_noisy_stderr(server):
                      "required": ["size"]})
 
 
+def register_broken_answers(server):
+    """A tool whose answer does not parse: `kind` 'utf8' puts a byte that is not UTF-8 in a string, 'truncated'
+    cuts the line short (the id comes first, as most SDKs write it)."""
+    def broken(args, request_id):
+        answer = json.dumps({"jsonrpc": "2.0", "id": request_id,
+                             "result": {"content": [{"type": "text", "text": "PLACEHOLDER"}]}})
+        raw = answer.encode()
+        if args["kind"] == "utf8":
+            raw = raw.replace(b"PLACEHOLDER", b"bad \xff byte")
+        else:
+            raw = raw[:raw.index(b"PLACEHOLDER")]
+        server.write_bytes(raw + b"\n")
+        return NO_REPLY
+
+    server.add_tool("broken_answer", broken, "Answer with a line that does not parse (kind: utf8 or truncated).",
+                    {"type": "object", "properties": {"kind": {"enum": ["utf8", "truncated"]}},
+                     "required": ["kind"]}, pass_id=True)
+
+
 def register_extras(server, count):
     for i in range(count):
         server.add_tool(f"extra_{i}", lambda _args: result(text("ok")),
@@ -269,6 +288,8 @@ def main():
                         help="also register media, whose result carries an image and an audio block")
     parser.add_argument("--noisy-stderr", action="store_true",
                         help="also register stderr, which writes bytes that are not UTF-8 and a long line to stderr")
+    parser.add_argument("--broken-answers", action="store_true",
+                        help="also register broken_answer, whose answer does not parse")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N",
                         help="also register N trivial tools extra_0..extra_{N-1}")
     options = parser.parse_args()
@@ -302,6 +323,8 @@ def main():
         register_media(server)
     if options.noisy_stderr:
         register_noisy_stderr(server)
+    if options.broken_answers:
+        register_broken_answers(server)
     register_extras(server, options.extra_tools)
     server.serve()
 

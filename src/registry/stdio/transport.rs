@@ -1,9 +1,10 @@
 //! The MCP transport over a downstream's stdin/stdout: one JSON-RPC message per line, read with the
 //! project's cancellation-safe [`LineReader`] and parsed into rmcp's message types.
 //!
-//! Unlike rmcp's own stdio transport, which drops a line over its limit without a word (the caller then
-//! waits out its timeout), an overlong answer to one of our requests becomes a JSON-RPC error for that
-//! request at once, marked so the registry can say how large it was. The connection stays usable.
+//! Unlike rmcp's own stdio transport, which drops a line it cannot take without a word (the caller then
+//! waits out its timeout), an answer to one of our calls that is too long or cannot be read becomes a
+//! JSON-RPC error for that call at once, marked so the registry can say what was wrong (see [`BadAnswer`]).
+//! The connection stays usable.
 //!
 //! Answers to `tools/call` are read as a tool result directly from the line, typed, with no JSON tree of
 //! the whole message in between. (rmcp's generic reading tries every result type in turn through serde's
@@ -30,12 +31,16 @@ use tokio::sync::Mutex;
 
 use super::large_texts::Cut;
 use super::tool_result;
-use crate::lines::{Line, LineReader};
+use crate::lines::{Line, LineReader, top_level_id};
 
 /// The key in the `data` of a synthesized error that carries the size of the dropped message.
 const OVERSIZED: &str = "ptc-mcp/oversizedMessageBytes";
+/// The key in the `data` of a synthesized error for an answer that could not be read.
+const UNREADABLE: &str = "ptc-mcp/unreadableAnswer";
 /// RFC 8259 allows a parser to skip a leading UTF-8 byte order mark; some servers send one.
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+type Received = RxJsonRpcMessage<RoleClient>;
 
 /// Newline-delimited JSON-RPC over a reader and a writer (a child's stdout and stdin).
 pub struct LineTransport<R, W> {
@@ -48,7 +53,7 @@ pub struct LineTransport<R, W> {
 }
 
 impl<R: AsyncRead + Unpin, W> LineTransport<R, W> {
-    /// Lines longer than `max_line` bytes are not kept (see [`oversized_bytes`]).
+    /// Lines longer than `max_line` bytes are not kept (see [`BadAnswer::TooLong`]).
     pub fn new(reader: R, writer: W, max_line: usize) -> Self {
         LineTransport {
             reader: LineReader::new(reader, max_line),
@@ -59,10 +64,24 @@ impl<R: AsyncRead + Unpin, W> LineTransport<R, W> {
     }
 }
 
-/// The size of the message that a JSON-RPC error from [`LineTransport`] stands for, if it stands for one
-/// that was too long to accept.
-pub fn oversized_bytes(error: &ErrorData) -> Option<usize> {
-    usize::try_from(error.data.as_ref()?.get(OVERSIZED)?.as_u64()?).ok()
+/// What was wrong with an answer that the transport failed its call for.
+#[derive(Debug, PartialEq)]
+pub enum BadAnswer {
+    /// It was longer than the connection accepts: its size.
+    TooLong { bytes: usize },
+    /// It could not be read (not JSON, not a tool result): why, in words.
+    Unreadable(String),
+}
+
+impl BadAnswer {
+    /// What a JSON-RPC error from [`LineTransport`] stands for, if the transport made it.
+    pub fn of(error: &ErrorData) -> Option<BadAnswer> {
+        let data = error.data.as_ref()?;
+        if let Some(bytes) = data.get(OVERSIZED).and_then(Value::as_u64) {
+            return Some(BadAnswer::TooLong { bytes: usize::try_from(bytes).ok()? });
+        }
+        data.get(UNREADABLE).map(|_| BadAnswer::Unreadable(error.message.to_string()))
+    }
 }
 
 impl<R, W> Transport<RoleClient> for LineTransport<R, W>
@@ -104,7 +123,7 @@ where
         }
     }
 
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+    async fn receive(&mut self) -> Option<Received> {
         loop {
             match self.reader.next_line().await {
                 Ok(Line::Complete(_)) => {
@@ -141,9 +160,8 @@ where
 }
 
 /// One line as a message; blank lines and lines that are not a JSON-RPC message are skipped (as rmcp and
-/// the other SDKs do: answering garbage can start an error storm). `calls` are the ids of our unanswered
-/// `tools/call` requests.
-fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcMessage<RoleClient>> {
+/// the other SDKs do: answering garbage can start an error storm), unless they answer one of our `calls`.
+fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<Received> {
     if line.ends_with(b"\r") {
         line.pop();
     }
@@ -155,9 +173,8 @@ fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcM
     }
     let cut = Cut::of(&line);
     let unlarge = cut.as_ref().map_or(line.as_slice(), Cut::rest);
-    if let Some((id, at)) = answered_call(unlarge, calls) {
-        calls.remove(&id);
-        match tool_result::read(&unlarge[at]) {
+    match answered_call(unlarge, calls) {
+        Answered::Call { id, result: at } => match tool_result::read(&unlarge[at]) {
             Ok(Some(mut result)) => {
                 let filled = match cut {
                     Some(cut) => cut.fill(&mut result, line).map(|()| result),
@@ -168,7 +185,11 @@ fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcM
             // Not a tool result (a task handle, say): read as any other message.
             Ok(None) => {}
             Err(error) => return Some(answer(id, Err(error))),
+        },
+        Answered::Unreadable { id, error } => {
+            return Some(unreadable(id, &format!("it is not valid JSON ({error})")));
         }
+        Answered::Other => {}
     }
     serde_json::from_slice(&line)
         .map_err(|e| {
@@ -187,36 +208,53 @@ struct Answer<'a> {
     result: Option<&'a RawValue>,
 }
 
-/// The id of the message if it answers one of our `tools/call` requests, and where its result lies in it.
-fn answered_call(line: &[u8], calls: &HashSet<RequestId>) -> Option<(RequestId, Range<usize>)> {
+/// Whether a line answers one of our calls.
+enum Answered {
+    /// It does, with a result at this range of the line.
+    Call { id: RequestId, result: Range<usize> },
+    /// Its top-level id is one of our calls', but it does not parse.
+    Unreadable { id: RequestId, error: serde_json::Error },
+    /// It is some other message (or an answer without a result).
+    Other,
+}
+
+/// Whether `line` answers one of our `calls` (which then forget it), and where its result lies in it.
+fn answered_call(line: &[u8], calls: &mut HashSet<RequestId>) -> Answered {
     // A message is an object (serde would read these fields from an array too).
     if line.trim_ascii_start().first() != Some(&b'{') {
-        return None;
+        return Answered::Other;
     }
-    let answer: Answer = serde_json::from_slice(line).ok()?;
-    let id = answer.id.filter(|id| calls.contains(id))?;
-    let result = answer.result?.get();
-    let at = result.as_ptr() as usize - line.as_ptr() as usize;
-    Some((id, at..at + result.len()))
+    match serde_json::from_slice::<Answer>(line) {
+        Ok(Answer { id: Some(id), result: Some(result) }) if calls.remove(&id) => {
+            let result = result.get();
+            let at = result.as_ptr() as usize - line.as_ptr() as usize;
+            Answered::Call { id, result: at..at + result.len() }
+        }
+        Ok(_) => Answered::Other,
+        // Cut short, or with bytes that are not UTF-8: its id may still say which call it answers.
+        Err(error) => match top_level_id(line).and_then(|id| serde_json::from_value::<RequestId>(id).ok()) {
+            Some(id) if calls.remove(&id) => Answered::Unreadable { id, error },
+            _ => Answered::Other,
+        },
+    }
 }
 
 /// The answer to `tools/call` `id`: its tool result, or an error saying why it has none.
-fn answer(id: RequestId, result: serde_json::Result<CallToolResult>) -> RxJsonRpcMessage<RoleClient> {
+fn answer(id: RequestId, result: serde_json::Result<CallToolResult>) -> Received {
     match result {
         Ok(result) => ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
-        Err(e) => ServerJsonRpcMessage::error(
-            ErrorData::new(
-                ErrorCode::INTERNAL_ERROR,
-                format!("the server answered with an invalid tool result: {e}"),
-                None,
-            ),
-            Some(id),
-        ),
+        Err(e) => unreadable(id, &format!("it is not a valid tool result ({e})")),
     }
 }
 
+/// The error that answers call `id` in place of an answer that could not be read, and says `why`.
+fn unreadable(id: RequestId, why: &str) -> Received {
+    let data: Value = json!({ UNREADABLE: true });
+    ServerJsonRpcMessage::error(ErrorData::new(ErrorCode::INTERNAL_ERROR, why.to_string(), Some(data)), Some(id))
+}
+
 /// The error that answers request `id` in place of a message of `len` bytes that was not accepted.
-fn oversized(id: RequestId, len: usize, max_line: usize) -> RxJsonRpcMessage<RoleClient> {
+fn oversized(id: RequestId, len: usize, max_line: usize) -> Received {
     let message = format!("the server sent a message of {len} bytes, more than the {max_line} this connection accepts");
     let data: Value = json!({ OVERSIZED: len });
     ServerJsonRpcMessage::error(ErrorData::new(ErrorCode::INTERNAL_ERROR, message, Some(data)), Some(id))
@@ -229,13 +267,51 @@ mod tests {
 
     use super::*;
 
+    fn transport(
+        input: impl Into<Vec<u8>>,
+        max_line: usize,
+    ) -> LineTransport<std::io::Cursor<Vec<u8>>, tokio::io::Sink> {
+        LineTransport::new(std::io::Cursor::new(input.into()), tokio::io::sink(), max_line)
+    }
+
     async fn received(input: &[u8], max_line: usize) -> Vec<Value> {
-        let mut transport = LineTransport::new(std::io::Cursor::new(input.to_vec()), tokio::io::sink(), max_line);
+        let mut transport = transport(input, max_line);
         let mut out = Vec::new();
         while let Some(message) = Transport::<RoleClient>::receive(&mut transport).await {
             out.push(serde_json::to_value(message).unwrap());
         }
         out
+    }
+
+    /// Sends `tools/call` requests with these ids, as rmcp would.
+    async fn call<R, W>(transport: &mut LineTransport<R, W>, ids: impl IntoIterator<Item = i64>)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        for id in ids {
+            let call = CallToolRequest::new(CallToolRequestParams::new("t"));
+            let request = ClientJsonRpcMessage::request(ClientRequest::CallToolRequest(call), RequestId::Number(id));
+            transport.send(request).await.unwrap();
+        }
+    }
+
+    fn text(message: Option<Received>) -> String {
+        match message {
+            Some(ServerJsonRpcMessage::Response(response)) => match response.result {
+                ServerResult::CallToolResult(result) => result.content[0].as_text().unwrap().text.clone(),
+                other => panic!("not a tool result: {other:?}"),
+            },
+            other => panic!("not a response: {other:?}"),
+        }
+    }
+
+    /// The id and what was wrong, of the error the transport made for an answer.
+    fn bad_answer(message: Option<Received>) -> (Option<RequestId>, BadAnswer) {
+        match message {
+            Some(ServerJsonRpcMessage::Error(error)) => (error.id, BadAnswer::of(&error.error).expect("ours")),
+            other => panic!("not an error: {other:?}"),
+        }
     }
 
     #[tokio::test]
@@ -260,13 +336,13 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0]["id"], json!("r-7"));
         let error: ErrorData = serde_json::from_value(got[0]["error"].clone()).unwrap();
-        assert_eq!(oversized_bytes(&error), Some(long.len()));
+        assert_eq!(BadAnswer::of(&error), Some(BadAnswer::TooLong { bytes: long.len() }));
         assert_eq!(
             error.message,
             format!("the server sent a message of {} bytes, more than the 100 this connection accepts", long.len())
         );
         assert_eq!(got[1], json!({"jsonrpc": "2.0", "id": 8, "result": {}}));
-        assert_eq!(oversized_bytes(&ErrorData::internal_error("other", None)), None);
+        assert_eq!(BadAnswer::of(&ErrorData::internal_error("other", None)), None);
     }
 
     #[tokio::test]
@@ -280,34 +356,50 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 5, "result": {"resultType": "task", "task": {}}}),
         ];
         let input: String = answers.iter().map(|answer| format!("{answer}\n")).collect();
-        let mut transport = LineTransport::new(std::io::Cursor::new(input.into_bytes()), tokio::io::sink(), 1 << 20);
-        for id in 1..=5 {
-            let call = CallToolRequest::new(CallToolRequestParams::new("t"));
-            let request = ClientJsonRpcMessage::request(ClientRequest::CallToolRequest(call), RequestId::Number(id));
-            transport.send(request).await.unwrap();
-        }
-        let text = |message: Option<RxJsonRpcMessage<RoleClient>>| match message {
-            Some(ServerJsonRpcMessage::Response(response)) => match response.result {
-                ServerResult::CallToolResult(result) => result.content[0].as_text().unwrap().text.clone(),
-                other => panic!("not a tool result: {other:?}"),
-            },
-            other => panic!("not a response: {other:?}"),
-        };
+        let mut transport = transport(input, 1 << 20);
+        call(&mut transport, 1..=5).await;
         assert_eq!(text(Transport::<RoleClient>::receive(&mut transport).await), "hi");
         for id in [2, 3] {
-            match Transport::<RoleClient>::receive(&mut transport).await {
-                Some(ServerJsonRpcMessage::Error(error)) => {
-                    assert_eq!(error.id, Some(RequestId::Number(id)));
-                    assert!(error.error.message.starts_with("the server answered with an invalid tool result"));
-                }
-                other => panic!("not an error: {other:?}"),
-            }
+            let (answers, BadAnswer::Unreadable(why)) =
+                bad_answer(Transport::<RoleClient>::receive(&mut transport).await)
+            else {
+                panic!("not unreadable")
+            };
+            assert_eq!(answers, Some(RequestId::Number(id)));
+            assert!(why.starts_with("it is not a valid tool result ("), "{why}");
         }
         assert_eq!(text(Transport::<RoleClient>::receive(&mut transport).await), large);
         // Not a tool result: read as any other message, not failed as an invalid one.
         let task = Transport::<RoleClient>::receive(&mut transport).await;
         assert!(!matches!(task, Some(ServerJsonRpcMessage::Error(_))), "{task:?}");
         assert!(transport.calls.is_empty(), "answered calls are forgotten");
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_a_call_that_does_not_parse_fails_that_call_at_once() {
+        let not_utf8 =
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"\xff\"}]}}";
+        let cut_short = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hal"#;
+        let not_ours = br#"{"jsonrpc":"2.0","id":9,"result":{"content":["#;
+        let mut large = br#"{"id":3,"result":{"content":[{"type":"text","text":""#.to_vec();
+        large.extend(std::iter::repeat_n(b'x', 1 << 19));
+        let input =
+            [&not_utf8[..], cut_short, not_ours, &large, br#"{"jsonrpc":"2.0","id":4,"result":{}}"#].join(&b'\n');
+        let mut transport = transport(input, 1 << 20);
+        call(&mut transport, 1..=3).await;
+        for id in 1..=3 {
+            let (answers, BadAnswer::Unreadable(why)) =
+                bad_answer(Transport::<RoleClient>::receive(&mut transport).await)
+            else {
+                panic!("not unreadable")
+            };
+            assert_eq!(answers, Some(RequestId::Number(id)));
+            assert!(why.starts_with("it is not valid JSON ("), "{why}");
+        }
+        // A line for no call of ours is still skipped; what follows arrives.
+        let next = Transport::<RoleClient>::receive(&mut transport).await;
+        assert_eq!(serde_json::to_value(next).unwrap(), json!({"jsonrpc": "2.0", "id": 4, "result": {}}));
+        assert!(transport.calls.is_empty());
     }
 
     #[tokio::test]
