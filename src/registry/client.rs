@@ -91,8 +91,7 @@ pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, L
     let deadline = Instant::now() + config.connect_timeout();
     match config.transport {
         TransportKind::Stdio => {
-            let (mut process, transport) =
-                StdioProcess::spawn(config, limits.max_message_bytes).map_err(Loss::connection)?;
+            let (mut process, transport) = StdioProcess::spawn(config, limits).map_err(Loss::connection)?;
             match start_session(config, transport, deadline).await {
                 Ok(started) => Ok(Session::new(config, started, Link::Process(Box::new(process)))),
                 // A process that died says best why: its exit status and last stderr line.

@@ -105,7 +105,7 @@ impl Registry {
                     })
                 })
                 .collect(),
-            limits: limits::Limits::for_results(config.execution.max_tool_result_bytes),
+            limits: limits::Limits::new(&config.execution),
             filter,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             started,

@@ -5,6 +5,7 @@
 //! The group is always signalled before the leader is reaped: once the leader is reaped and the group is
 //! empty, its id may belong to someone else.
 
+mod calls;
 mod exit_watch;
 mod large_texts;
 mod stderr;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use super::limits::Limits;
 use crate::config::ServerConfig;
 use exit_watch::ExitWatch;
 use stderr::LastLine;
@@ -58,9 +60,8 @@ pub struct StdioProcess {
 }
 
 impl StdioProcess {
-    /// Starts the server and returns it with the transport over its stdin/stdout, whose lines may be up to
-    /// `max_line` bytes long.
-    pub fn spawn(config: &ServerConfig, max_line: usize) -> Result<(StdioProcess, StdioTransport), SpawnError> {
+    /// Starts the server and returns it with the transport over its stdin/stdout.
+    pub fn spawn(config: &ServerConfig, limits: Limits) -> Result<(StdioProcess, StdioTransport), SpawnError> {
         let command = config.command.as_deref().unwrap_or_default();
         let mut cmd = Command::new(command);
         cmd.args(&config.args)
@@ -91,7 +92,7 @@ impl StdioProcess {
             last_stderr_line,
             stderr_reader,
         };
-        Ok((process, LineTransport::new(stdout, stdin, max_line)))
+        Ok((process, LineTransport::new(stdout, stdin, limits.max_message_bytes, limits.call_wait)))
     }
 
     /// Why the process ended, in words (`exited with status 1: <its last stderr line>`), if it exits
@@ -168,6 +169,8 @@ mod tests {
     use super::*;
     use crate::config::TransportKind;
 
+    const LIMITS: Limits = Limits { max_message_bytes: 1000, call_wait: Duration::from_secs(60) };
+
     fn server(script: &str) -> ServerConfig {
         ServerConfig {
             name: "t".into(),
@@ -183,9 +186,11 @@ mod tests {
 
     #[tokio::test]
     async fn an_exit_is_explained_by_its_status_and_last_stderr_line() {
-        let (mut process, _transport) =
-            StdioProcess::spawn(&server("echo 'Traceback:' >&2; echo 'ValueError: boom' >&2; echo >&2; exit 3"), 1000)
-                .unwrap();
+        let (mut process, _transport) = StdioProcess::spawn(
+            &server("echo 'Traceback:' >&2; echo 'ValueError: boom' >&2; echo >&2; exit 3"),
+            LIMITS,
+        )
+        .unwrap();
         let reason = process.exit_reason(Duration::from_secs(10)).await;
         assert_eq!(reason.as_deref(), Some("exited with status 3: ValueError: boom"));
     }
@@ -195,7 +200,7 @@ mod tests {
     async fn stderr_is_drained_whatever_its_bytes_and_its_last_line_still_explains_the_exit() {
         let script = "printf 'bad \\377 byte\\n' >&2; head -c 1000000 /dev/zero | tr '\\0' x >&2; echo >&2; \
                       echo 'ValueError: boom' >&2; exit 3";
-        let (mut process, _transport) = StdioProcess::spawn(&server(script), 1000).unwrap();
+        let (mut process, _transport) = StdioProcess::spawn(&server(script), LIMITS).unwrap();
         let reason = process.exit_reason(Duration::from_secs(10)).await;
         assert_eq!(reason.as_deref(), Some("exited with status 3: ValueError: boom"));
     }
@@ -203,7 +208,7 @@ mod tests {
     #[tokio::test]
     async fn once_the_leader_exits_the_rest_of_its_group_is_killed() {
         let (mut process, _transport) =
-            StdioProcess::spawn(&server("sleep 60 & echo $! >&2; sleep 0.5; exit 0"), 1000).unwrap();
+            StdioProcess::spawn(&server("sleep 60 & echo $! >&2; sleep 0.5; exit 0"), LIMITS).unwrap();
         let helper = helper_pid(&process).await;
         assert_eq!(process.exit_reason(Duration::from_millis(50)).await, None, "it is still running");
         let reason = process.exit_reason(Duration::from_secs(10)).await.unwrap_or_default();
@@ -214,7 +219,7 @@ mod tests {
     #[tokio::test]
     async fn stop_ends_the_whole_group_even_members_that_ignore_sigterm() {
         let (mut process, transport) =
-            StdioProcess::spawn(&server("trap '' TERM; sleep 60 & echo $! >&2; wait"), 1000).unwrap();
+            StdioProcess::spawn(&server("trap '' TERM; sleep 60 & echo $! >&2; wait"), LIMITS).unwrap();
         let helper = helper_pid(&process).await;
         drop(transport); // closes its stdin, which this one ignores
         process.stop().await;

@@ -13,9 +13,9 @@
 //! 110,000 small rows peaked at 275 MB read as a tree of the whole message and then rebuilt; 184 MB read
 //! typed, its tree without spare capacity, see [`tool_result`].)
 
-use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolResult, ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData, RequestId,
@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
 
+use super::calls::Calls;
 use super::large_texts::Cut;
 use super::tool_result;
 use crate::lines::{Line, LineReader, top_level_id};
@@ -48,18 +49,19 @@ pub struct LineTransport<R, W> {
     /// Shared with the futures `send` returns (they must be `'static`); `None` once closed.
     writer: Arc<Mutex<Option<W>>>,
     max_line: usize,
-    /// Our `tools/call` requests that are not answered (or cancelled) yet.
-    calls: HashSet<RequestId>,
+    /// Our `tools/call` requests that may still be answered.
+    calls: Calls,
 }
 
 impl<R: AsyncRead + Unpin, W> LineTransport<R, W> {
-    /// Lines longer than `max_line` bytes are not kept (see [`BadAnswer::TooLong`]).
-    pub fn new(reader: R, writer: W, max_line: usize) -> Self {
+    /// Lines longer than `max_line` bytes are not kept (see [`BadAnswer::TooLong`]); a call is waited for
+    /// at most `call_wait` (see [`Calls`]).
+    pub fn new(reader: R, writer: W, max_line: usize, call_wait: Duration) -> Self {
         LineTransport {
             reader: LineReader::new(reader, max_line),
             writer: Arc::new(Mutex::new(Some(writer))),
             max_line,
-            calls: HashSet::new(),
+            calls: Calls::new(call_wait),
         }
     }
 }
@@ -97,14 +99,14 @@ where
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         match &item {
             ClientJsonRpcMessage::Request(request) if matches!(request.request, ClientRequest::CallToolRequest(_)) => {
-                self.calls.insert(request.id.clone());
+                self.calls.sent(request.id.clone());
             }
             // A cancelled call may never be answered.
             ClientJsonRpcMessage::Notification(notification) => {
                 if let ClientNotification::CancelledNotification(cancelled) = &notification.notification
                     && let Some(id) = &cancelled.params.request_id
                 {
-                    self.calls.remove(id);
+                    self.calls.take(id);
                 }
             }
             _ => {}
@@ -134,7 +136,7 @@ where
                 }
                 Ok(Line::TooLong { len, id }) => match id.and_then(|id| serde_json::from_value::<RequestId>(id).ok()) {
                     Some(id) => {
-                        self.calls.remove(&id);
+                        self.calls.take(&id);
                         return Some(oversized(id, len, self.max_line));
                     }
                     None => tracing::warn!(
@@ -161,7 +163,7 @@ where
 
 /// One line as a message; blank lines and lines that are not a JSON-RPC message are skipped (as rmcp and
 /// the other SDKs do: answering garbage can start an error storm), unless they answer one of our `calls`.
-fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<Received> {
+fn parse(mut line: Vec<u8>, calls: &mut Calls) -> Option<Received> {
     if line.ends_with(b"\r") {
         line.pop();
     }
@@ -219,13 +221,13 @@ enum Answered {
 }
 
 /// Whether `line` answers one of our `calls` (which then forget it), and where its result lies in it.
-fn answered_call(line: &[u8], calls: &mut HashSet<RequestId>) -> Answered {
+fn answered_call(line: &[u8], calls: &mut Calls) -> Answered {
     // A message is an object (serde would read these fields from an array too).
     if line.trim_ascii_start().first() != Some(&b'{') {
         return Answered::Other;
     }
     match serde_json::from_slice::<Answer>(line) {
-        Ok(Answer { id: Some(id), result: Some(result) }) if calls.remove(&id) => {
+        Ok(Answer { id: Some(id), result: Some(result) }) if calls.take(&id) => {
             let result = result.get();
             let at = result.as_ptr() as usize - line.as_ptr() as usize;
             Answered::Call { id, result: at..at + result.len() }
@@ -233,7 +235,7 @@ fn answered_call(line: &[u8], calls: &mut HashSet<RequestId>) -> Answered {
         Ok(_) => Answered::Other,
         // Cut short, or with bytes that are not UTF-8: its id may still say which call it answers.
         Err(error) => match top_level_id(line).and_then(|id| serde_json::from_value::<RequestId>(id).ok()) {
-            Some(id) if calls.remove(&id) => Answered::Unreadable { id, error },
+            Some(id) if calls.take(&id) => Answered::Unreadable { id, error },
             _ => Answered::Other,
         },
     }
@@ -267,11 +269,13 @@ mod tests {
 
     use super::*;
 
+    const WAIT: Duration = Duration::from_secs(60);
+
     fn transport(
         input: impl Into<Vec<u8>>,
         max_line: usize,
     ) -> LineTransport<std::io::Cursor<Vec<u8>>, tokio::io::Sink> {
-        LineTransport::new(std::io::Cursor::new(input.into()), tokio::io::sink(), max_line)
+        LineTransport::new(std::io::Cursor::new(input.into()), tokio::io::sink(), max_line, WAIT)
     }
 
     async fn received(input: &[u8], max_line: usize) -> Vec<Value> {
@@ -372,7 +376,7 @@ mod tests {
         // Not a tool result: read as any other message, not failed as an invalid one.
         let task = Transport::<RoleClient>::receive(&mut transport).await;
         assert!(!matches!(task, Some(ServerJsonRpcMessage::Error(_))), "{task:?}");
-        assert!(transport.calls.is_empty(), "answered calls are forgotten");
+        assert_eq!(transport.calls.len(), 0, "answered calls are forgotten");
     }
 
     #[tokio::test]
@@ -399,13 +403,13 @@ mod tests {
         // A line for no call of ours is still skipped; what follows arrives.
         let next = Transport::<RoleClient>::receive(&mut transport).await;
         assert_eq!(serde_json::to_value(next).unwrap(), json!({"jsonrpc": "2.0", "id": 4, "result": {}}));
-        assert!(transport.calls.is_empty());
+        assert_eq!(transport.calls.len(), 0);
     }
 
     #[tokio::test]
     async fn sent_messages_are_whole_lines_and_close_shuts_the_writer() {
         let (writer, mut peer) = tokio::io::duplex(1 << 16);
-        let mut transport = LineTransport::new(tokio::io::empty(), writer, 1000);
+        let mut transport = LineTransport::new(tokio::io::empty(), writer, 1000, WAIT);
         let ping = TxJsonRpcMessage::<RoleClient>::request(
             ClientRequest::PingRequest(PingRequest::default()),
             RequestId::Number(3),
