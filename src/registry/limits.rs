@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use crate::config::ExecutionConfig;
 
+/// Messages and results from this size on are parsed and read on a blocking thread (handing work over
+/// costs far less), so that the runtime thread keeps serving every other run meanwhile.
+pub const OFF_THREAD_BYTES: usize = 256 * 1024;
+
 /// Limits for downstream connections.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

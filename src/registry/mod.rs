@@ -195,7 +195,8 @@ impl Registry {
             .collect()
     }
 
-    /// Calls a tool by its namespaced name, waiting at most `timeout` for its answer.
+    /// Calls a tool by its namespaced name, waiting at most `timeout` for its answer. A large result is read
+    /// on a blocking thread: the runtime thread serves every other run meanwhile.
     pub async fn call(
         &self,
         name: &str,
@@ -215,9 +216,19 @@ impl Registry {
             }
             Ok(Ok(result)) => result,
         };
-        let value = result::interpret(&mut result, &entry.result_shape(), max_result_bytes)
-            .map_err(|error| CallError::Result { tool: name.to_string(), error })?;
-        Ok(CallResult { value, media: result::media(result) })
+        let large = result::is_large(&result);
+        let read = move || -> Result<CallResult, result::ResultError> {
+            let value = result::interpret(&mut result, &entry.result_shape(), max_result_bytes)?;
+            Ok(CallResult { value, media: result::media(result) })
+        };
+        let read = if large {
+            tokio::task::spawn_blocking(read)
+                .await
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic.into_panic()))
+        } else {
+            read()
+        };
+        read.map_err(|error| CallError::Result { tool: name.to_string(), error })
     }
 
     fn peer(&self, server_name: &str) -> Result<(Peer<RoleClient>, Option<liveness::Losses>), CallError> {

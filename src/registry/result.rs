@@ -7,7 +7,11 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 
+use super::limits::OFF_THREAD_BYTES;
 use restated::Restated;
+
+/// A result with this many blocks, or structured content of this many values, is large to read.
+const MANY_PARTS: usize = 4096;
 
 /// What the registry knows about a tool that shapes how its results are read.
 #[derive(Default)]
@@ -77,6 +81,33 @@ pub enum ResultError {
 /// ` at /a/0` for a mismatch inside the value.
 fn at_path(at: &str) -> String {
     if at.is_empty() { String::new() } else { format!(" at {at}") }
+}
+
+/// Whether reading `result` is work enough to be done on a blocking thread: long texts, many blocks or a
+/// large structured tree (validated, compared with the texts, serialised and freed).
+pub fn is_large(result: &CallToolResult) -> bool {
+    let text_bytes: usize = result.content.iter().filter_map(|block| block.as_text()).map(|text| text.text.len()).sum();
+    text_bytes >= OFF_THREAD_BYTES
+        || result.content.len() >= MANY_PARTS
+        || result.structured_content.as_ref().is_some_and(|tree| has_values(tree, MANY_PARTS))
+}
+
+/// Whether `tree` holds at least `count` values (counted only that far).
+fn has_values(tree: &Value, count: usize) -> bool {
+    let mut seen = 0;
+    let mut pending = vec![tree];
+    while let Some(value) = pending.pop() {
+        seen += 1;
+        if seen >= count {
+            return true;
+        }
+        match value {
+            Value::Array(items) => pending.extend(items.iter().take(count)),
+            Value::Object(object) => pending.extend(object.values().take(count)),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Reads `result`. A result that is one text block and nothing else gives up its text (moved into the

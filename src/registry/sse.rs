@@ -17,7 +17,7 @@ use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::limits::Limits;
+use super::limits::{Limits, OFF_THREAD_BYTES};
 use super::liveness::{Classify, Loss, LossSignal, Watched};
 use super::remote;
 use crate::config::ServerConfig;
@@ -150,7 +150,7 @@ async fn read_messages(
         match frames.next().await {
             // An empty data field (a priming event) carries no message.
             Some(Ok(event)) if event.event == "message" && event.data.trim().is_empty() => {}
-            Some(Ok(event)) if event.event == "message" => match serde_json::from_str(&event.data) {
+            Some(Ok(event)) if event.event == "message" => match parse_message(event.data).await {
                 Ok(message) => {
                     if tx.send(message).await.is_err() {
                         return; // the session is gone
@@ -164,6 +164,16 @@ async fn read_messages(
         }
     };
     signal.report(loss);
+}
+
+/// A `message` event's data as a JSON-RPC message; a long one is parsed on a blocking thread, off the
+/// runtime thread that serves every run.
+async fn parse_message(data: String) -> serde_json::Result<ServerJsonRpcMessage> {
+    if data.len() < OFF_THREAD_BYTES {
+        return serde_json::from_str(&data);
+    }
+    let parsing = tokio::task::spawn_blocking(move || serde_json::from_str(&data));
+    parsing.await.unwrap_or_else(|panic| std::panic::resume_unwind(panic.into_panic()))
 }
 
 impl Transport<RoleClient> for LegacySse {

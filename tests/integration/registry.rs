@@ -111,6 +111,31 @@ print(type(rows).__name__, rows == expected, list(rows[7]))
     assert_eq!(run.structured()["output"], json!("list True ['id', 'name', 'tags', 'score']\n"));
 }
 
+/// The server has one runtime thread (stdio): a large result is read off it, so the server answers other
+/// requests meanwhile (reading it there held up every other run's progress, deadline and cancel).
+#[apply(integration_test!)]
+async fn the_server_answers_other_requests_while_it_reads_a_large_result() {
+    let ptc = ptc_with(&[], "  timeout_seconds: 300\n  tool_call_timeout_seconds: 300\n").await;
+    let started = Instant::now();
+    let large = ptc.execute("rows = await mcp__mock__sdk_rows(count=50_000)\nprint(len(rows))");
+    tokio::pin!(large);
+    let mut slowest = Duration::ZERO;
+    let run = loop {
+        let asked = Instant::now();
+        tokio::select! {
+            run = &mut large => {
+                // An answer still awaited was at least this slow.
+                slowest = slowest.max(asked.elapsed());
+                break run;
+            }
+            _ = ptc.list_callable_tools() => slowest = slowest.max(asked.elapsed()),
+        }
+    };
+    let took = started.elapsed();
+    assert_eq!(run.structured()["output"], json!("50000\n"), "{}", run.text());
+    assert!(slowest < took / 4, "an answer took {slowest:?} while the large result took {took:?}");
+}
+
 /// An answer that cannot be read (bytes that are not UTF-8, a line cut short) fails its call at once, not
 /// after `tool_call_timeout_seconds`; the connection stays up.
 #[apply(integration_test!)]

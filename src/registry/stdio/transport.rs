@@ -11,10 +11,11 @@
 //! untagged buffering, which holds several copies of a large text at once: the server's peak memory was ~5.7
 //! times a 60 MB result; large texts now cost their size once, see [`Cut`]. An 8 MB structured result of
 //! 110,000 small rows peaked at 275 MB read as a tree of the whole message and then rebuilt; 184 MB read
-//! typed, its tree without spare capacity, see [`tool_result`].)
+//! typed, its tree without spare capacity, see [`tool_result`].) A long line is parsed on a blocking thread:
+//! the runtime thread serves every other run meanwhile.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -27,8 +28,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 
+use super::super::limits::OFF_THREAD_BYTES;
 use super::calls::Calls;
 use super::large_texts::Cut;
 use super::tool_result;
@@ -47,10 +49,13 @@ type Received = RxJsonRpcMessage<RoleClient>;
 pub struct LineTransport<R, W> {
     reader: LineReader<R>,
     /// Shared with the futures `send` returns (they must be `'static`); `None` once closed.
-    writer: Arc<Mutex<Option<W>>>,
+    writer: Arc<tokio::sync::Mutex<Option<W>>>,
     max_line: usize,
-    /// Our `tools/call` requests that may still be answered.
-    calls: Calls,
+    /// Our `tools/call` requests that may still be answered; shared with a line parsed on a blocking thread.
+    calls: Arc<Mutex<Calls>>,
+    /// A long line being parsed on a blocking thread. Kept here, not in `receive`'s future: rmcp drops that
+    /// future whenever something else happens first, and the next `receive` picks the parse up again.
+    parsing: Option<JoinHandle<Option<Received>>>,
 }
 
 impl<R: AsyncRead + Unpin, W> LineTransport<R, W> {
@@ -59,10 +64,15 @@ impl<R: AsyncRead + Unpin, W> LineTransport<R, W> {
     pub fn new(reader: R, writer: W, max_line: usize, call_wait: Duration) -> Self {
         LineTransport {
             reader: LineReader::new(reader, max_line),
-            writer: Arc::new(Mutex::new(Some(writer))),
+            writer: Arc::new(tokio::sync::Mutex::new(Some(writer))),
             max_line,
-            calls: Calls::new(call_wait),
+            calls: Arc::new(Mutex::new(Calls::new(call_wait))),
+            parsing: None,
         }
+    }
+
+    fn calls(&self) -> MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -99,14 +109,14 @@ where
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         match &item {
             ClientJsonRpcMessage::Request(request) if matches!(request.request, ClientRequest::CallToolRequest(_)) => {
-                self.calls.sent(request.id.clone());
+                self.calls().sent(request.id.clone());
             }
             // A cancelled call may never be answered.
             ClientJsonRpcMessage::Notification(notification) => {
                 if let ClientNotification::CancelledNotification(cancelled) = &notification.notification
                     && let Some(id) = &cancelled.params.request_id
                 {
-                    self.calls.take(id);
+                    self.calls().take(id);
                 }
             }
             _ => {}
@@ -127,16 +137,29 @@ where
 
     async fn receive(&mut self) -> Option<Received> {
         loop {
+            if let Some(parsing) = &mut self.parsing {
+                let parsed = parsing.await;
+                self.parsing = None;
+                match parsed {
+                    Ok(Some(message)) => return Some(message),
+                    Ok(None) => {}
+                    Err(error) => tracing::error!("parsing a line from a downstream failed: {error}"),
+                }
+            }
             match self.reader.next_line().await {
                 Ok(Line::Complete(_)) => {
                     // Taken, not borrowed: a large result's text is read into the line's own buffer.
-                    if let Some(message) = parse(self.reader.take_line(), &mut self.calls) {
+                    let line = self.reader.take_line();
+                    if line.len() >= OFF_THREAD_BYTES {
+                        let calls = Arc::clone(&self.calls);
+                        self.parsing = Some(tokio::task::spawn_blocking(move || parse(line, &calls)));
+                    } else if let Some(message) = parse(line, &self.calls) {
                         return Some(message);
                     }
                 }
                 Ok(Line::TooLong { len, id }) => match id.and_then(|id| serde_json::from_value::<RequestId>(id).ok()) {
                     Some(id) => {
-                        self.calls.take(&id);
+                        self.calls().take(&id);
                         return Some(oversized(id, len, self.max_line));
                     }
                     None => tracing::warn!(
@@ -163,7 +186,7 @@ where
 
 /// One line as a message; blank lines and lines that are not a JSON-RPC message are skipped (as rmcp and
 /// the other SDKs do: answering garbage can start an error storm), unless they answer one of our `calls`.
-fn parse(mut line: Vec<u8>, calls: &mut Calls) -> Option<Received> {
+fn parse(mut line: Vec<u8>, calls: &Mutex<Calls>) -> Option<Received> {
     if line.ends_with(b"\r") {
         line.pop();
     }
@@ -221,13 +244,14 @@ enum Answered {
 }
 
 /// Whether `line` answers one of our `calls` (which then forget it), and where its result lies in it.
-fn answered_call(line: &[u8], calls: &mut Calls) -> Answered {
+fn answered_call(line: &[u8], calls: &Mutex<Calls>) -> Answered {
     // A message is an object (serde would read these fields from an array too).
     if line.trim_ascii_start().first() != Some(&b'{') {
         return Answered::Other;
     }
+    let take = |id: &RequestId| calls.lock().unwrap_or_else(|e| e.into_inner()).take(id);
     match serde_json::from_slice::<Answer>(line) {
-        Ok(Answer { id: Some(id), result: Some(result) }) if calls.take(&id) => {
+        Ok(Answer { id: Some(id), result: Some(result) }) if take(&id) => {
             let result = result.get();
             let at = result.as_ptr() as usize - line.as_ptr() as usize;
             Answered::Call { id, result: at..at + result.len() }
@@ -235,7 +259,7 @@ fn answered_call(line: &[u8], calls: &mut Calls) -> Answered {
         Ok(_) => Answered::Other,
         // Cut short, or with bytes that are not UTF-8: its id may still say which call it answers.
         Err(error) => match top_level_id(line).and_then(|id| serde_json::from_value::<RequestId>(id).ok()) {
-            Some(id) if calls.take(&id) => Answered::Unreadable { id, error },
+            Some(id) if take(&id) => Answered::Unreadable { id, error },
             _ => Answered::Other,
         },
     }
@@ -376,7 +400,7 @@ mod tests {
         // Not a tool result: read as any other message, not failed as an invalid one.
         let task = Transport::<RoleClient>::receive(&mut transport).await;
         assert!(!matches!(task, Some(ServerJsonRpcMessage::Error(_))), "{task:?}");
-        assert_eq!(transport.calls.len(), 0, "answered calls are forgotten");
+        assert_eq!(transport.calls().len(), 0, "answered calls are forgotten");
     }
 
     #[tokio::test]
@@ -386,7 +410,7 @@ mod tests {
         let cut_short = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hal"#;
         let not_ours = br#"{"jsonrpc":"2.0","id":9,"result":{"content":["#;
         let mut large = br#"{"id":3,"result":{"content":[{"type":"text","text":""#.to_vec();
-        large.extend(std::iter::repeat_n(b'x', 1 << 19));
+        large.extend(std::iter::repeat_n(b'x', 2 * OFF_THREAD_BYTES));
         let input =
             [&not_utf8[..], cut_short, not_ours, &large, br#"{"jsonrpc":"2.0","id":4,"result":{}}"#].join(&b'\n');
         let mut transport = transport(input, 1 << 20);
@@ -403,7 +427,32 @@ mod tests {
         // A line for no call of ours is still skipped; what follows arrives.
         let next = Transport::<RoleClient>::receive(&mut transport).await;
         assert_eq!(serde_json::to_value(next).unwrap(), json!({"jsonrpc": "2.0", "id": 4, "result": {}}));
-        assert_eq!(transport.calls.len(), 0);
+        assert_eq!(transport.calls().len(), 0);
+    }
+
+    /// rmcp drops `receive`'s future whenever another event comes first: a long line parsed on a blocking
+    /// thread meanwhile is neither lost nor delivered twice, and what follows it comes after it.
+    #[tokio::test]
+    async fn a_long_line_parsed_off_the_runtime_thread_survives_a_dropped_receive() {
+        let long = "y".repeat(4 * OFF_THREAD_BYTES);
+        let answers = [
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": long}]}}),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "short"}]}}),
+        ];
+        let input: String = answers.iter().map(|answer| format!("{answer}\n")).collect();
+        let mut transport = transport(input, 16 << 20);
+        call(&mut transport, 1..=2).await;
+        let mut texts = Vec::new();
+        while texts.len() < 2 {
+            // Gives up at once unless the message is there: every parse of the long line is interrupted.
+            let receiving = Transport::<RoleClient>::receive(&mut transport);
+            if let Some(message) = futures::FutureExt::now_or_never(receiving) {
+                texts.push(text(message));
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(texts, [long, "short".to_string()]);
     }
 
     #[tokio::test]
