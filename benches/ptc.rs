@@ -81,6 +81,21 @@ impl Server {
         self.client.peer().call_tool(params).await.unwrap()
     }
 
+    /// The CPU time the server process and its main thread (the runtime's only thread) have used so far.
+    fn cpu(&self) -> (Duration, Duration) {
+        let pid = self.child.id().unwrap();
+        let ticks = |stat: String| {
+            // utime and stime: fields 14 and 15 of the line, 12 and 13 of what follows the command name.
+            let fields: Vec<&str> = stat.rsplit_once(") ").map_or("", |(_, rest)| rest).split(' ').collect();
+            let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+            // SAFETY: plain libc call.
+            let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+            Duration::from_secs_f64((field(11) + field(12)) as f64 / per_second)
+        };
+        let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+        (ticks(read(format!("/proc/{pid}/stat"))), ticks(read(format!("/proc/{pid}/task/{pid}/stat"))))
+    }
+
     /// VmRSS and VmHWM of the server process, in MiB.
     fn memory(&self) -> (f64, f64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap_or_default();
@@ -363,9 +378,14 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     Some(cold_p50)
 }
 
-/// The peak memory of a fresh server through one structured result of 110,000 small rows, sent as the
-/// official SDK sends a list (structured content, one text per row, an output schema to validate against).
+/// The peak memory and CPU time of a fresh server through one structured result of 110,000 small rows, sent
+/// as the official SDK sends a list (structured content, one text per row, an output schema to validate
+/// against); then, through the same once more, how long the server took to answer other requests
+/// (`list_callable_tools`, back to back): the result is read off the runtime thread, which the stdio server
+/// has only one of.
 async fn structured_result_peak(sandbox: &str) {
+    const PROGRAM: &str =
+        "import json\nr = await mcp__mock__sdk_rows(count=110_000)\nemit(len(json.dumps(r, separators=(',', ':'))))";
     let (server, _) = start(
         sandbox,
         "  timeout_seconds: 120
@@ -374,11 +394,9 @@ async fn structured_result_peak(sandbox: &str) {
     .await;
     server.execute("print(1)").await;
     let (idle_rss, _) = server.memory();
-    let run = server
-        .execute(
-            "import json\nr = await mcp__mock__sdk_rows(count=110_000)\nemit(len(json.dumps(r, separators=(',', ':'))))",
-        )
-        .await;
+    let (cpu_before, runtime_before) = server.cpu();
+    let run = server.execute(PROGRAM).await;
+    let (cpu_after, runtime_after) = server.cpu();
     let size = run["result"].as_f64().unwrap() / (1024.0 * 1024.0);
     let (_, peak_rss) = server.memory();
     let result = format!("{size:.1} MiB structured result");
@@ -391,8 +409,34 @@ async fn structured_result_peak(sandbox: &str) {
     row(
         "server RSS peak over idle (the same)",
         format!("{:.1} MiB", peak_rss - idle_rss),
-        result,
+        result.clone(),
         (peak_rss - idle_rss) / size,
+    );
+    let (cpu, runtime) = (cpu_after - cpu_before, runtime_after - runtime_before);
+    row(
+        "server CPU through the same: its runtime thread / all its threads",
+        format!("{} / {}", ms(runtime), ms(cpu)),
+        result,
+        runtime.as_secs_f64() / cpu.as_secs_f64().max(1e-9),
+    );
+    let started = Instant::now();
+    let large = server.execute(PROGRAM);
+    tokio::pin!(large);
+    let mut slowest_other = Duration::ZERO;
+    loop {
+        let asked = Instant::now();
+        let other = server.client.peer().call_tool(CallToolRequestParams::new("list_callable_tools"));
+        tokio::select! {
+            _ = &mut large => break,
+            _ = other => slowest_other = slowest_other.max(asked.elapsed()),
+        }
+    }
+    let took = started.elapsed();
+    row(
+        "slowest answer to another request through the same",
+        ms(slowest_other),
+        format!("the result's run {}", ms(took)),
+        slowest_other.as_secs_f64() / took.as_secs_f64(),
     );
 }
 

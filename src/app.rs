@@ -47,7 +47,7 @@ impl App {
     pub fn start(config: &Config, run_limit: Option<usize>) -> Result<App, StartError> {
         let settings = backend_settings(config)?;
         let audit = AuditLog::open(&config.logging)?.map(Arc::new);
-        let registry = Registry::start(config).map_err(StartError::Config)?;
+        let registry = Registry::start(config, config.tools.filter().map_err(StartError::Config)?);
         let confirm = match config.tools.confirm_set().map_err(StartError::Config)? {
             tools if tools.is_empty() => None,
             tools => Some(ConfirmPolicy { tools, timeout: config.tools.confirm_timeout() }),

@@ -1,13 +1,9 @@
 //! Finding tools by what they do: `list_callable_tools(query=...)` ranks tools with BM25 over their names,
 //! titles, descriptions and parameters (a field's words weigh more in a name than in a description, and a
 //! query word in the tool's own name adds its weight again), after the tools whose name is the query or
-//! starts with it.
+//! starts with it. The tools are described to it as [`Document`]s: it knows nothing else about them.
 
 use std::collections::{HashMap, HashSet};
-
-use serde_json::Value;
-
-use crate::registry::ToolEntry;
 
 /// BM25's term-frequency saturation and length normalisation (the usual values).
 const K1: f64 = 1.2;
@@ -25,6 +21,24 @@ const STOP_WORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "if", "in", "into", "is", "it", "its", "of", "on",
     "or", "that", "the", "this", "to", "with",
 ];
+
+/// What a tool is found by.
+pub struct Document<'a> {
+    /// Its namespaced name: what [`Index::rank`] gives back.
+    pub name: &'a str,
+    /// Its name as its server lists it.
+    pub own_name: &'a str,
+    pub title: &'a str,
+    pub description: &'a str,
+    pub parameters: Vec<Parameter<'a>>,
+}
+
+pub struct Parameter<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    /// The values it accepts, when they are a list.
+    pub values: Vec<&'a str>,
+}
 
 /// The words of every tool, for ranking queries against them.
 pub struct Index {
@@ -47,7 +61,7 @@ struct Doc {
 }
 
 impl Index {
-    pub fn new<'a>(tools: impl IntoIterator<Item = &'a ToolEntry>) -> Index {
+    pub fn new<'a>(tools: impl IntoIterator<Item = Document<'a>>) -> Index {
         let docs: Vec<Doc> = tools.into_iter().map(Doc::new).collect();
         let mut frequency: HashMap<String, usize> = HashMap::new();
         for doc in &docs {
@@ -99,27 +113,27 @@ impl Index {
 }
 
 impl Doc {
-    fn new(entry: &ToolEntry) -> Doc {
+    fn new(document: Document) -> Doc {
         let mut terms: HashMap<String, f64> = HashMap::new();
         let mut add = |text: &str, weight: f64| {
             for term in self::terms(text) {
                 *terms.entry(term).or_default() += weight;
             }
         };
-        add(&entry.namespaced, NAME_WEIGHT);
-        add(entry.tool.title.as_deref().unwrap_or_default(), TITLE_WEIGHT);
-        add(entry.tool.description.as_deref().unwrap_or_default(), DESCRIPTION_WEIGHT);
-        for param in &entry.signature().params {
-            add(&param.key, PARAMETER_WEIGHT);
-            add(&param.comment, PARAMETER_DESCRIPTION_WEIGHT);
-            if let Some(values) = &param.accepts.values {
-                values.iter().filter_map(Value::as_str).for_each(|value| add(value, PARAMETER_DESCRIPTION_WEIGHT));
+        add(document.name, NAME_WEIGHT);
+        add(document.title, TITLE_WEIGHT);
+        add(document.description, DESCRIPTION_WEIGHT);
+        for parameter in &document.parameters {
+            add(parameter.name, PARAMETER_WEIGHT);
+            add(parameter.description, PARAMETER_DESCRIPTION_WEIGHT);
+            for value in &parameter.values {
+                add(value, PARAMETER_DESCRIPTION_WEIGHT);
             }
         }
         let length = terms.values().sum();
-        let names = [normalised(&entry.namespaced), normalised(&entry.tool.name)];
-        let name_terms = self::terms(&entry.tool.name).into_iter().collect();
-        Doc { name: entry.namespaced.clone(), names, name_terms, terms, length }
+        let names = [normalised(document.name), normalised(document.own_name)];
+        let name_terms = self::terms(document.own_name).into_iter().collect();
+        Doc { name: document.name.to_string(), names, name_terms, terms, length }
     }
 }
 
@@ -177,28 +191,10 @@ fn stem(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
-    fn entry(server: &str, value: Value) -> ToolEntry {
-        ToolEntry::new(server, serde_json::from_value(value).unwrap())
-    }
-
-    fn fixtures() -> Vec<ToolEntry> {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tools/memory.json"));
-        let mut tools: Vec<ToolEntry> = serde_json::from_str::<Vec<rmcp::model::Tool>>(&text.unwrap())
-            .unwrap()
-            .into_iter()
-            .map(|tool| ToolEntry::new("memory", tool))
-            .collect();
-        let text =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tools/financial-data.json"));
-        tools.extend(
-            serde_json::from_str::<Vec<rmcp::model::Tool>>(&text.unwrap())
-                .unwrap()
-                .into_iter()
-                .map(|tool| ToolEntry::new("financial-data", tool)),
-        );
-        tools
+    fn document<'a>(name: &'a str, description: &'a str, parameters: Vec<Parameter<'a>>) -> Document<'a> {
+        let own_name = name.rsplit("__").next().unwrap();
+        Document { name, own_name, title: "", description, parameters }
     }
 
     #[test]
@@ -209,36 +205,28 @@ mod tests {
     }
 
     #[test]
-    fn relevant_tools_come_first_and_unrelated_ones_are_left_out() {
-        let tools = fixtures();
-        let index = Index::new(&tools);
-        assert_eq!(index.rank("quarterly revenue")[..1], ["mcp__financial_data__query_financials"]);
-        let relations = index.rank("remove a relation from the graph");
-        assert_eq!(relations[0], "mcp__memory__delete_relations", "{relations:?}");
-        assert!(index.rank("weather forecast").is_empty());
+    fn names_then_prefixes_then_relevance_and_unrelated_documents_are_left_out() {
+        let index = Index::new([
+            document("mcp__s__read_file", "Read a file from disk.", vec![]),
+            document("mcp__s__read", "Read anything.", vec![]),
+            document("mcp__s__write_file", "Write a file; the file is created if missing.", vec![]),
+            document("mcp__s__zone", "Convert times.", vec![]),
+        ]);
+        assert_eq!(index.rank("read"), ["mcp__s__read", "mcp__s__read_file"]);
+        assert_eq!(index.rank("file"), ["mcp__s__write_file", "mcp__s__read_file"]);
+        assert!(index.rank("weather").is_empty());
     }
 
     #[test]
-    fn exact_names_then_prefixes_come_before_relevance() {
-        let tools = fixtures();
-        let index = Index::new(&tools);
-        assert_eq!(index.rank("read_graph")[0], "mcp__memory__read_graph");
-        assert_eq!(index.rank("mcp__memory__open_nodes")[0], "mcp__memory__open_nodes");
-        assert_eq!(index.rank("Delete relations")[0], "mcp__memory__delete_relations");
-        let mut deletes = index.rank("delete")[..3].to_vec();
-        deletes.sort();
-        assert_eq!(
-            deletes,
-            ["mcp__memory__delete_entities", "mcp__memory__delete_observations", "mcp__memory__delete_relations"]
-        );
-    }
-
-    #[test]
-    fn parameter_names_are_searched() {
-        let tools = [
-            entry("s", json!({"name": "a", "inputSchema": {"type": "object", "properties": {"timezone": {}}}})),
-            entry("s", json!({"name": "b", "inputSchema": {"type": "object", "properties": {"path": {}}}})),
-        ];
-        assert_eq!(Index::new(&tools).rank("time zone timezone"), ["mcp__s__a"]);
+    fn parameters_and_the_values_they_accept_are_searched() {
+        let timezone = Parameter { name: "timezone", description: "", values: vec![] };
+        let unit = Parameter { name: "unit", description: "", values: vec!["celsius", "fahrenheit"] };
+        let index = Index::new([
+            document("mcp__s__a", "", vec![timezone]),
+            document("mcp__s__b", "", vec![unit]),
+            document("mcp__s__c", "", vec![]),
+        ]);
+        assert_eq!(index.rank("time zone timezone"), ["mcp__s__a"]);
+        assert_eq!(index.rank("fahrenheit"), ["mcp__s__b"]);
     }
 }

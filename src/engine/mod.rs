@@ -227,7 +227,8 @@ mod tests {
     use crate::config::Config;
 
     fn engine(probe: Behaviour, spawn: Behaviour) -> Engine {
-        let registry = Registry::start(&Config::default()).unwrap();
+        let config = Config::default();
+        let registry = Registry::start(&config, config.tools.filter().unwrap());
         let settings = ExecutionConfig { timeout_seconds: 5.0, ..ExecutionConfig::default() };
         Engine::new(Arc::new(FakeBackend::new(probe, spawn)), registry, settings)
     }

@@ -359,7 +359,7 @@ impl<'a> RunState<'a> {
             let result = match approved {
                 Ok(()) => {
                     let _slot = slots.acquire_owned().await;
-                    registry.call(&tool, args, timeout, max_result).await
+                    registry.call(&tool, args, timeout, max_result).await.map_err(|error| error.to_string())
                 }
                 // Its words are the program's ToolError.
                 Err(refused) => Err(refused.to_string()),

@@ -11,6 +11,7 @@ mod top_level_id;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use top_level_id::IdScanner;
+pub use top_level_id::top_level_id;
 
 /// Bytes asked for per read when no line is in progress.
 const READ_CHUNK: usize = 64 * 1024;
@@ -21,13 +22,6 @@ const KEEP_CAPACITY: usize = 1 << 20;
 #[derive(Debug, thiserror::Error)]
 #[error("reading failed: {0}")]
 pub struct ReadError(#[from] pub std::io::Error);
-
-/// The top-level `"id"` of a JSON object, found by scanning: it need not be valid JSON (or whole).
-pub fn top_level_id(bytes: &[u8]) -> Option<serde_json::Value> {
-    let mut scanner = IdScanner::default();
-    scanner.feed(bytes);
-    scanner.finish()
-}
 
 /// What [`LineReader::next_line`] found.
 #[derive(Debug, PartialEq)]

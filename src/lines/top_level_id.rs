@@ -35,6 +35,14 @@ pub struct IdScanner {
     found: Option<Vec<u8>>,
 }
 
+/// The top-level `"id"` of the JSON object in `bytes`, found without parsing the rest: for a message that
+/// does not parse (cut short, or with bytes that are not UTF-8) but may still say whom it answers.
+pub fn top_level_id(bytes: &[u8]) -> Option<Value> {
+    let mut scanner = IdScanner::default();
+    scanner.feed(bytes);
+    scanner.finish()
+}
+
 impl IdScanner {
     pub fn feed(&mut self, bytes: &[u8]) {
         for &byte in bytes {
@@ -135,6 +143,16 @@ mod tests {
         assert_eq!(scan(&[r#"{"jsonrpc":"2.0","id":12,"result":{"a":[1,2]}}"#]), Some(json!(12)));
         assert_eq!(scan(&[r#"{"result":{"id":1,"t":"}\"id\":3"},"jsonrpc":"2.0","id":"abc"}"#]), Some(json!("abc")));
         assert_eq!(scan(&[r#"{"result": {"x": "y"}, "i"#, r#"d" :  4"#, "2 }"]), Some(json!(42)));
+    }
+
+    #[test]
+    fn the_id_of_a_message_that_does_not_parse_is_found_in_one_piece() {
+        assert_eq!(top_level_id(b"{\"id\":3,\"result\":{\"t\":\"bad \xff\"}}"), Some(json!(3)));
+        assert_eq!(
+            top_level_id(br#"{"jsonrpc":"2.0","id":"x","result":{"content":[{"text":"cut sho"#),
+            Some(json!("x"))
+        );
+        assert_eq!(top_level_id(br#"{"jsonrpc":"2.0","result":{"content":[],"id":4"#), None);
     }
 
     #[test]

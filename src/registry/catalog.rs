@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
 use crate::config::ToolFilter;
 use crate::naming::namespaced;
-use crate::search::Index;
+use crate::search::{Document, Index, Parameter};
 use crate::signatures::Signature;
 
 /// One callable downstream tool.
@@ -46,6 +46,22 @@ impl ToolEntry {
         &self.signature
     }
 
+    /// What a search finds the tool by.
+    fn document(&self) -> Document<'_> {
+        let parameters = self.signature.params.iter().map(|param| Parameter {
+            name: &param.key,
+            description: &param.comment,
+            values: param.accepts.values.iter().flatten().filter_map(Value::as_str).collect(),
+        });
+        Document {
+            name: &self.namespaced,
+            own_name: &self.tool.name,
+            title: self.tool.title.as_deref().unwrap_or_default(),
+            description: self.tool.description.as_deref().unwrap_or_default(),
+            parameters: parameters.collect(),
+        }
+    }
+
     pub fn result_shape(&self) -> ResultShape<'_> {
         ResultShape {
             validator: self.validator(),
@@ -68,7 +84,7 @@ impl ToolEntry {
         self.validator.get_or_init(compile).as_ref()
     }
 
-    /// What `inspect_tool` shows: the seed's `{name, description, inputSchema, outputSchema, note?}` plus the
+    /// What `inspect_tool` shows: the original ptc-mcp's `{name, description, inputSchema, outputSchema, note?}` plus the
     /// tool's `title` and `annotations`, kept verbatim.
     pub fn inspection(&self) -> Value {
         let mut out = Map::new();
@@ -154,7 +170,7 @@ impl Catalog {
 
     /// The names of the tools that match `query`, best first (see [`Index::rank`]).
     pub fn search(&self, query: &str) -> Vec<String> {
-        self.index.get_or_init(|| Index::new(self.tools.values().map(Arc::as_ref))).rank(query)
+        self.index.get_or_init(|| Index::new(self.tools.values().map(|entry| entry.document()))).rank(query)
     }
 }
 
@@ -231,6 +247,50 @@ mod tests {
         assert!(typed.validator().is_some());
         let broken = ToolEntry::new("s", tool("t", json!({"outputSchema": {"type": "no such type"}})));
         assert!(broken.validator().is_none(), "results of a tool whose schema does not compile are not validated");
+    }
+
+    /// The recorded listings of two real servers.
+    fn recorded_catalog() -> Catalog {
+        let mut entries = Vec::new();
+        for server in ["memory", "financial-data"] {
+            let path = format!("{}/tests/fixtures/tools/{server}.json", env!("CARGO_MANIFEST_DIR"));
+            let tools: Vec<Tool> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            entries.extend(tools.into_iter().map(|tool| Arc::new(ToolEntry::new(server, tool))));
+        }
+        Catalog::build(entries, &ToolFilter::All)
+    }
+
+    #[test]
+    fn searches_find_relevant_tools_first_and_leave_unrelated_ones_out() {
+        let catalog = recorded_catalog();
+        assert_eq!(catalog.search("quarterly revenue")[..1], ["mcp__financial_data__query_financials"]);
+        let relations = catalog.search("remove a relation from the graph");
+        assert_eq!(relations[0], "mcp__memory__delete_relations", "{relations:?}");
+        assert!(catalog.search("weather forecast").is_empty());
+    }
+
+    #[test]
+    fn searches_put_exact_names_then_prefixes_before_relevance() {
+        let catalog = recorded_catalog();
+        assert_eq!(catalog.search("read_graph")[0], "mcp__memory__read_graph");
+        assert_eq!(catalog.search("mcp__memory__open_nodes")[0], "mcp__memory__open_nodes");
+        assert_eq!(catalog.search("Delete relations")[0], "mcp__memory__delete_relations");
+        let mut deletes = catalog.search("delete")[..3].to_vec();
+        deletes.sort();
+        assert_eq!(
+            deletes,
+            ["mcp__memory__delete_entities", "mcp__memory__delete_observations", "mcp__memory__delete_relations"]
+        );
+    }
+
+    #[test]
+    fn searches_look_at_parameter_names() {
+        let schema = |name: &str| json!({"inputSchema": {"type": "object", "properties": {name: {}}}});
+        let entries = vec![
+            Arc::new(ToolEntry::new("s", tool("a", schema("timezone")))),
+            Arc::new(ToolEntry::new("s", tool("b", schema("path")))),
+        ];
+        assert_eq!(Catalog::build(entries, &ToolFilter::All).search("time zone timezone"), ["mcp__s__a"]);
     }
 
     #[test]

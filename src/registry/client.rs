@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::catalog::ToolEntry;
 use super::limits::Limits;
 use super::liveness::{self, Loss, Losses};
-use super::start;
+use super::start::{self, StartError};
 use super::stdio::StdioProcess;
 use super::{http, sse};
 use crate::config::{ServerConfig, TransportKind};
@@ -91,12 +91,13 @@ pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, L
     let deadline = Instant::now() + config.connect_timeout();
     match config.transport {
         TransportKind::Stdio => {
-            let (mut process, transport) =
-                StdioProcess::spawn(config, limits.max_message_bytes).map_err(Loss::connection)?;
+            let (mut process, transport) = StdioProcess::spawn(config, limits).map_err(Loss::connection)?;
             match start_session(config, transport, deadline).await {
                 Ok(started) => Ok(Session::new(config, started, Link::Process(Box::new(process)))),
                 // A process that died says best why: its exit status and last stderr line.
-                Err(why) => Err(Loss::connection(process.exit_reason(EXIT_WAIT).await.unwrap_or(why))),
+                Err(why) => {
+                    Err(Loss::connection(process.exit_reason(EXIT_WAIT).await.unwrap_or_else(|| why.to_string())))
+                }
             }
         }
         TransportKind::Http | TransportKind::Sse => {
@@ -121,20 +122,42 @@ pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, L
 
 type Started = (RunningService<RoleClient, Downstream>, mpsc::Receiver<()>, Vec<Arc<ToolEntry>>);
 
+/// Why a session could not be started.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("did not {what} within {seconds}s (connect_timeout_seconds)")]
+    TooSlow { what: &'static str, seconds: f64 },
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    List(#[from] ListError),
+}
+
+/// Why a server's tools could not be listed.
+#[derive(Debug, thiserror::Error)]
+enum ListError {
+    #[error("tools/list failed: {message} (JSON-RPC error {code})")]
+    Refused { message: String, code: i32 },
+    #[error("closed the connection while listing its tools")]
+    Closed,
+    #[error("tools/list failed: {0}")]
+    Failed(ServiceError),
+    #[error("tools/list did not answer within {}s", RELIST_TIMEOUT.as_secs())]
+    TooSlow,
+}
+
 /// The era probe, the handshake and the tool listing, each bounded by what is left until `deadline`.
-async fn start_session<T>(config: &ServerConfig, mut transport: T, deadline: Instant) -> Result<Started, String>
+async fn start_session<T>(config: &ServerConfig, mut transport: T, deadline: Instant) -> Result<Started, SessionError>
 where
     T: Transport<RoleClient> + 'static,
 {
     let era = tokio::time::timeout_at(deadline, start::probe(&mut transport))
         .await
-        .map_err(|_| too_slow(config, "answer"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| too_slow(config, "answer"))??;
     let (tx, rx) = mpsc::channel(1);
     let running = tokio::time::timeout_at(deadline, start::handshake(Downstream { list_changed: tx }, transport, era))
         .await
-        .map_err(|_| too_slow(config, "finish the handshake"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| too_slow(config, "finish the handshake"))??;
     let tools = tokio::time::timeout_at(deadline, list_tools(&config.name, running.peer()))
         .await
         .map_err(|_| too_slow(config, "list its tools"))??;
@@ -142,23 +165,21 @@ where
 }
 
 /// `did not <what> within 60s (connect_timeout_seconds)`.
-fn too_slow(config: &ServerConfig, what: &str) -> String {
-    format!("did not {what} within {}s (connect_timeout_seconds)", config.connect_timeout_seconds)
+fn too_slow(config: &ServerConfig, what: &'static str) -> SessionError {
+    SessionError::TooSlow { what, seconds: config.connect_timeout_seconds }
 }
 
-async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<ToolEntry>>, String> {
+async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<ToolEntry>>, ListError> {
     let tools = peer.list_all_tools().await.map_err(|e| match e {
-        ServiceError::McpError(e) => format!("tools/list failed: {} (JSON-RPC error {})", e.message, e.code.0),
-        ServiceError::TransportClosed => "closed the connection while listing its tools".to_string(),
-        other => format!("tools/list failed: {other}"),
+        ServiceError::McpError(e) => ListError::Refused { message: e.message.into_owned(), code: e.code.0 },
+        ServiceError::TransportClosed => ListError::Closed,
+        other => ListError::Failed(other),
     })?;
     Ok(tools.into_iter().map(|tool| Arc::new(ToolEntry::new(server, tool))).collect())
 }
 
-async fn relist(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<ToolEntry>>, String> {
-    tokio::time::timeout(RELIST_TIMEOUT, list_tools(server, peer))
-        .await
-        .unwrap_or_else(|_| Err(format!("tools/list did not answer within {}s", RELIST_TIMEOUT.as_secs())))
+async fn relist(server: &str, peer: &Peer<RoleClient>) -> Result<Vec<Arc<ToolEntry>>, ListError> {
+    tokio::time::timeout(RELIST_TIMEOUT, list_tools(server, peer)).await.unwrap_or(Err(ListError::TooSlow))
 }
 
 impl Session {

@@ -16,7 +16,7 @@ use super::remote;
 use crate::config::ServerConfig;
 
 /// rmcp's error for this transport.
-pub type HttpError = StreamableHttpError<reqwest::Error>;
+type HttpError = StreamableHttpError<reqwest::Error>;
 
 pub type HttpTransport = Watched<StreamableHttpClientTransport<reqwest::Client>>;
 

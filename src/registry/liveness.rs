@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rmcp::model::ServerJsonRpcMessage;
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
-use rmcp::transport::Transport;
+use rmcp::transport::{DynamicTransportError, Transport};
 use tokio::sync::watch;
 
 /// Why a connection is unusable.
@@ -26,8 +26,9 @@ pub enum LossKind {
 }
 
 impl Loss {
-    pub fn connection(reason: impl Into<String>) -> Loss {
-        Loss { reason: reason.into(), kind: LossKind::Connection }
+    /// A lost connection, and why (an error or words).
+    pub fn connection(reason: impl std::fmt::Display) -> Loss {
+        Loss { reason: reason.to_string(), kind: LossKind::Connection }
     }
 
     /// A 401/403 from `server`. Says so plainly, and what to check; never includes the header values.
@@ -91,6 +92,27 @@ impl Losses {
     }
 }
 
+/// An error of a [`Watched`] transport: the transport's own, with the loss it means (if it means one).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct WatchedError {
+    loss: Option<Loss>,
+    #[source]
+    error: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl WatchedError {
+    fn new<E: Classify + std::error::Error + Send + Sync + 'static>(error: E, server: &str) -> WatchedError {
+        WatchedError { loss: error.loss(server), error: Box::new(error) }
+    }
+}
+
+/// The loss behind a request that could not be sent, if its transport is watched and the failure means the
+/// connection is gone.
+pub fn loss_of(error: &DynamicTransportError) -> Option<Loss> {
+    error.error.downcast_ref::<WatchedError>()?.loss.clone()
+}
+
 /// A transport whose failures are classified and reported to a [`LossSignal`].
 pub struct Watched<T> {
     inner: T,
@@ -109,7 +131,7 @@ where
     T: Transport<RoleClient>,
     T::Error: Classify,
 {
-    type Error = T::Error;
+    type Error = WatchedError;
 
     fn send(
         &mut self,
@@ -118,13 +140,14 @@ where
         let sending = self.inner.send(item);
         let (server, signal) = (Arc::clone(&self.server), self.signal.clone());
         async move {
-            let result = sending.await;
-            if let Err(error) = &result
-                && let Some(loss) = error.loss(&server)
-            {
-                signal.report(loss);
+            let Err(error) = sending.await else {
+                return Ok(());
+            };
+            let error = WatchedError::new(error, &server);
+            if let Some(loss) = &error.loss {
+                signal.report(loss.clone());
             }
-            result
+            Err(error)
         }
     }
 
@@ -139,7 +162,7 @@ where
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        self.inner.close().await
+        self.inner.close().await.map_err(|error| WatchedError::new(error, &self.server))
     }
 }
 
@@ -154,24 +177,59 @@ fn is_stream_closed_marker(message: &ServerJsonRpcMessage) -> bool {
     }
 }
 
-/// The loss behind a failed request, found by walking the error's sources for a transport error we know.
-pub fn loss_in(error: &(dyn std::error::Error + 'static), server: &str) -> Option<Loss> {
-    let mut current = Some(error);
-    while let Some(error) = current {
-        if let Some(http) = error.downcast_ref::<super::http::HttpError>() {
-            return http.loss(server);
-        }
-        if let Some(sse) = error.downcast_ref::<super::sse::SseError>() {
-            return sse.loss(server);
-        }
-        current = error.source();
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
+    use rmcp::model::{ClientRequest, PingRequest, RequestId};
+
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection refused")]
+    struct Refused;
+
+    impl Classify for Refused {
+        fn loss(&self, server: &str) -> Option<Loss> {
+            Some(Loss::connection(format!("{server}: {self}")))
+        }
+    }
+
+    /// A transport whose every send is refused.
+    struct Unreachable;
+
+    impl Transport<RoleClient> for Unreachable {
+        type Error = Refused;
+
+        fn send(
+            &mut self,
+            _item: TxJsonRpcMessage<RoleClient>,
+        ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+            std::future::ready(Err(Refused))
+        }
+
+        async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+            None
+        }
+
+        async fn close(&mut self) -> Result<(), Self::Error> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_send_reports_its_loss_and_the_failed_request_tells_it_too() {
+        let (signal, losses) = channel();
+        let mut watched = Watched::new(Unreachable, "x", signal);
+        let ping = ClientRequest::PingRequest(PingRequest::default());
+        let error =
+            watched.send(TxJsonRpcMessage::<RoleClient>::request(ping, RequestId::Number(1))).await.unwrap_err();
+        assert_eq!(losses.current(), Some(Loss::connection("x: connection refused")));
+        // As rmcp hands a failed request back: the transport's error, its type erased.
+        let failed = DynamicTransportError::new::<Watched<Unreachable>, RoleClient>(error);
+        assert_eq!(failed.error.to_string(), "connection refused");
+        assert_eq!(loss_of(&failed), Some(Loss::connection("x: connection refused")));
+        let other = DynamicTransportError::new::<Unreachable, RoleClient>(Refused);
+        assert_eq!(loss_of(&other), None, "a transport that is not watched reports no loss");
+    }
 
     #[tokio::test]
     async fn the_first_loss_is_kept() {

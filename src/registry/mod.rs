@@ -3,6 +3,7 @@
 //! session is closed and every stdio server's process group is gone.
 
 mod backoff;
+mod call_error;
 mod catalog;
 mod client;
 mod http;
@@ -18,7 +19,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceError;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient};
 use serde_json::value::RawValue;
@@ -29,8 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
 use crate::naming::identifier_part;
+pub use call_error::{CallError, Failure};
 pub use catalog::{Catalog, ToolEntry};
-use liveness::{Loss, LossKind};
+use liveness::LossKind;
 
 /// The connection state of one server.
 enum ServerState {
@@ -91,8 +92,9 @@ pub struct ServerStatus {
 }
 
 impl Registry {
-    /// Creates the registry and starts connecting every configured server in the background.
-    pub fn start(config: &Config) -> Result<Arc<Registry>, String> {
+    /// Creates the registry and starts connecting every configured server in the background; `filter`
+    /// (from `config.tools`) decides which of their tools are callable.
+    pub fn start(config: &Config, filter: ToolFilter) -> Arc<Registry> {
         let started = Instant::now();
         let registry = Arc::new(Registry {
             servers: config
@@ -106,8 +108,8 @@ impl Registry {
                     })
                 })
                 .collect(),
-            limits: limits::Limits::for_results(config.execution.max_tool_result_bytes),
-            filter: config.tools.filter()?,
+            limits: limits::Limits::new(&config.execution),
+            filter,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             started,
             settled: watch::Sender::new(0),
@@ -119,7 +121,7 @@ impl Registry {
             supervisors.spawn(supervise(Arc::clone(&registry), Arc::clone(server)));
         }
         drop(supervisors);
-        Ok(registry)
+        registry
     }
 
     /// Closes every session and stops every stdio server with its whole process group (politely first:
@@ -196,49 +198,51 @@ impl Registry {
             .collect()
     }
 
-    /// Calls a tool by its namespaced name. `Err` is the `ToolError` message the program sees.
+    /// Calls a tool by its namespaced name, waiting at most `timeout` for its answer. A large result is read
+    /// on a blocking thread: the runtime thread serves every other run meanwhile.
     pub async fn call(
         &self,
         name: &str,
         arguments: Map<String, Value>,
         timeout: Duration,
         max_result_bytes: usize,
-    ) -> Result<CallResult, String> {
-        let entry = self
-            .catalog()
-            .tools
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("unknown tool '{name}': it is not callable now (see list_callable_tools())"))?;
+    ) -> Result<CallResult, CallError> {
+        let entry = self.catalog().tools.get(name).cloned().ok_or_else(|| CallError::Unknown(name.to_string()))?;
         let (peer, losses) = self.peer(&entry.server)?;
         let params = CallToolRequestParams::new(entry.tool.name.clone()).with_arguments(arguments);
         // Dropping the call on timeout makes rmcp send notifications/cancelled; the connection stays usable.
         let mut result = match tokio::time::timeout(timeout, peer.call_tool(params)).await {
-            Err(_) => {
-                return Err(format!("'{name}' timed out after {}s (tool_call_timeout_seconds)", timeout.as_secs_f64()));
-            }
+            Err(_) => return Err(CallError::TimedOut { tool: name.to_string(), seconds: timeout.as_secs_f64() }),
             Ok(Err(error)) => {
-                // An answer too long for the connection: the same words as one over the limit.
-                if let ServiceError::McpError(error) = &error
-                    && let Some(bytes) = stdio::oversized_bytes(error)
-                {
-                    return Err(result::too_large(name, bytes, max_result_bytes));
-                }
                 let loss = losses.and_then(|losses| losses.current());
-                return Err(describe_call_error(name, &entry.server, error, loss));
+                return Err(CallError::of(name, &entry.server, error, loss, max_result_bytes));
             }
             Ok(Ok(result)) => result,
         };
-        let value = result::interpret(name, &mut result, &entry.result_shape(), max_result_bytes)?;
-        Ok(CallResult { value, media: result::media(result) })
+        let large = result::is_large(&result);
+        let read = move || -> Result<CallResult, result::ResultError> {
+            let value = result::interpret(&mut result, &entry.result_shape(), max_result_bytes)?;
+            Ok(CallResult { value, media: result::media(result) })
+        };
+        let read = if large {
+            tokio::task::spawn_blocking(read)
+                .await
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic.into_panic()))
+        } else {
+            read()
+        };
+        read.map_err(|error| CallError::Result { tool: name.to_string(), error })
     }
 
-    fn peer(&self, server_name: &str) -> Result<(Peer<RoleClient>, Option<liveness::Losses>), String> {
+    fn peer(&self, server_name: &str) -> Result<(Peer<RoleClient>, Option<liveness::Losses>), CallError> {
         let server = self.servers.iter().find(|s| s.config.name == server_name).expect("entries name known servers");
+        let server_name = server_name.to_string();
         match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
             ServerState::Up { peer, losses, .. } => Ok((peer.clone(), losses.clone())),
-            ServerState::Down { reason } => Err(format!("server '{server_name}' is down: {reason}")),
-            ServerState::Starting { since } => Err(format!("server '{server_name}' is {}", starting(*since))),
+            ServerState::Down { reason } => Err(CallError::Down { server: server_name, reason: reason.clone() }),
+            ServerState::Starting { since } => {
+                Err(CallError::Starting { server: server_name, seconds: since.elapsed().as_secs() })
+            }
         }
     }
 
@@ -286,27 +290,6 @@ impl Registry {
 /// `starting (for 12s so far)`.
 fn starting(since: Instant) -> String {
     format!("starting (for {}s so far)", since.elapsed().as_secs())
-}
-
-/// The `ToolError` message for a failed call. `loss` is what the session's transport reported, if
-/// anything: a call can fail with a bare "closed" while the session is torn down for that loss.
-fn describe_call_error(name: &str, server: &str, error: ServiceError, loss: Option<Loss>) -> String {
-    let lost = |loss: Option<Loss>| match loss {
-        Some(loss) if loss.kind == LossKind::Credentials => format!("'{name}' failed: {}", loss.reason),
-        Some(loss) => format!("'{name}' failed: the connection to server '{server}' was lost: {}", loss.reason),
-        None => format!("'{name}' failed: the connection to server '{server}' was lost"),
-    };
-    match error {
-        ServiceError::McpError(e) => format!("'{name}' failed: {} (JSON-RPC error {})", e.message, e.code.0),
-        ServiceError::TransportSend(e) => match liveness::loss_in(&e, server) {
-            Some(own) => lost(Some(own)),
-            // Not a lost connection (e.g. an oversized or malformed response): the transport's own words.
-            None => format!("'{name}' failed: {}", e.error),
-        },
-        ServiceError::TransportClosed => lost(loss),
-        ServiceError::UnexpectedResponse => format!("'{name}' failed: server '{server}' sent a malformed result"),
-        other => format!("'{name}' failed: {other}"),
-    }
 }
 
 const FIRST_RETRY: Duration = Duration::from_millis(500);

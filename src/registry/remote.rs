@@ -14,9 +14,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 const MAX_REDIRECTS: usize = 10;
 
-/// The shared HTTP client. `Err` (the reason) if TLS could not be set up.
-pub fn client() -> Result<reqwest::Client, String> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+/// Why the HTTP client could not be set up.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot set up the HTTP client: {0}")]
+pub struct ClientSetupError(String);
+
+/// The shared HTTP client. `Err` if TLS could not be set up.
+pub fn client() -> Result<reqwest::Client, ClientSetupError> {
+    static CLIENT: OnceLock<Result<reqwest::Client, ClientSetupError>> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
             // reqwest is built without a default crypto provider; `ring` builds much faster than aws-lc. An
@@ -29,7 +34,7 @@ pub fn client() -> Result<reqwest::Client, String> {
                 .pool_max_idle_per_host(0)
                 .redirect(same_origin_redirects())
                 .build()
-                .map_err(|e| format!("cannot set up the HTTP client: {}", innermost(&e)))
+                .map_err(|e| ClientSetupError(innermost(&e)))
         })
         .clone()
 }

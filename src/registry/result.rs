@@ -1,4 +1,4 @@
-//! Turning a downstream `CallToolResult` into the value a program receives (SPEC §4 "Result parsing").
+//! Turning a downstream `CallToolResult` into the value a program receives (README, "Inside a program").
 //!
 //! The value is produced as serialised JSON ([`RawValue`]) so that the common case — one text block that is
 //! JSON — is validated once and passed to the runner without a parse/serialise round trip.
@@ -7,7 +7,11 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 
+use super::limits::OFF_THREAD_BYTES;
 use restated::Restated;
+
+/// A result with this many blocks, or structured content of this many values, is large to read.
+const MANY_PARTS: usize = 4096;
 
 /// What the registry knows about a tool that shapes how its results are read.
 #[derive(Default)]
@@ -54,40 +58,91 @@ pub fn media(result: CallToolResult) -> Vec<Media> {
         .collect()
 }
 
-/// Reads `result` of a call to `tool`. `Err` is the `ToolError` message the program sees. A result that
-/// is one text block and nothing else gives up its text (moved into the value, not copied: it can be
-/// megabytes).
+/// Why a result gives the program no value. Its words follow the tool's name in the `ToolError` message.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultError {
+    /// The tool said it failed (`isError`), with its texts.
+    #[error("returned an error: {0}")]
+    ToolFailed(String),
+    #[error(
+        "returned {bytes} bytes, more than max_tool_result_bytes ({max}); ask it for less (filter, paginate or \
+         limit the query)"
+    )]
+    TooLarge { bytes: usize, max: usize },
+    /// `at` is the JSON pointer of the first mismatch, empty for the whole value.
+    #[error("returned a result that does not match its output schema{}: {message}", at_path(at))]
+    SchemaMismatch { at: String, message: String },
+    #[error("declares an output schema but returned no structured content; the server is at fault")]
+    NoStructuredContent,
+    #[error("returned unusable JSON: {0}")]
+    UnusableJson(#[from] serde_json::Error),
+}
+
+/// ` at /a/0` for a mismatch inside the value.
+fn at_path(at: &str) -> String {
+    if at.is_empty() { String::new() } else { format!(" at {at}") }
+}
+
+/// Whether reading `result` is work enough to be done on a blocking thread: long texts, many blocks or a
+/// large structured tree (validated, compared with the texts, serialised and freed).
+pub fn is_large(result: &CallToolResult) -> bool {
+    let text_bytes: usize = result.content.iter().filter_map(|block| block.as_text()).map(|text| text.text.len()).sum();
+    text_bytes >= OFF_THREAD_BYTES
+        || result.content.len() >= MANY_PARTS
+        || result.structured_content.as_ref().is_some_and(|tree| has_values(tree, MANY_PARTS))
+}
+
+/// Whether `tree` holds at least `count` values (counted only that far).
+fn has_values(tree: &Value, count: usize) -> bool {
+    let mut seen = 0;
+    let mut pending = vec![tree];
+    while let Some(value) = pending.pop() {
+        seen += 1;
+        if seen >= count {
+            return true;
+        }
+        match value {
+            Value::Array(items) => pending.extend(items.iter().take(count)),
+            Value::Object(object) => pending.extend(object.values().take(count)),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Reads `result`. A result that is one text block and nothing else gives up its text (moved into the
+/// value, not copied: it can be megabytes).
 pub fn interpret(
-    tool: &str,
     result: &mut CallToolResult,
     shape: &ResultShape,
     max_bytes: usize,
-) -> Result<Box<RawValue>, String> {
+) -> Result<Box<RawValue>, ResultError> {
     if result.is_error != Some(true)
         && result.structured_content.is_none()
         && !shape.declares_output_schema
         && let [ContentBlock::Text(only)] = result.content.as_mut_slice()
     {
-        check_size(tool, only.text.len(), max_bytes)?;
+        check_size(only.text.len(), max_bytes)?;
         return Ok(text_value(std::mem::take(&mut only.text)));
     }
     let texts: Vec<&str> =
         result.content.iter().filter_map(|block| block.as_text().map(|text| text.text.as_str())).collect();
     if result.is_error == Some(true) {
         let detail = if texts.is_empty() { "(no details given)".to_string() } else { texts.join("\n") };
-        return Err(format!("'{tool}' returned an error: {detail}"));
+        return Err(ResultError::ToolFailed(detail));
     }
     let text_bytes: usize = texts.iter().map(|t| t.len()).sum();
-    check_size(tool, text_bytes, max_bytes)?;
+    check_size(text_bytes, max_bytes)?;
     let mut notes: Vec<String> = result.content.iter().filter_map(placeholder).collect();
     let value = match &result.structured_content {
         Some(structured) => {
             if let Some(validator) = shape.validator
                 && let Err(error) = validator.validate(structured)
             {
-                let at = error.instance_path().to_string();
-                let at = if at.is_empty() { String::new() } else { format!(" at {at}") };
-                return Err(format!("'{tool}' returned a result that does not match its output schema{at}: {error}"));
+                return Err(ResultError::SchemaMismatch {
+                    at: error.instance_path().to_string(),
+                    message: error.to_string(),
+                });
             }
             let wrapped = shape.wrapped || result_meta_says_wrapped(result);
             let value = match structured {
@@ -99,17 +154,13 @@ pub fn interpret(
             let restated = Restated::new(structured, value);
             notes.extend(texts.iter().filter(|text| !restated.by(text)).map(|t| t.to_string()));
             if notes.is_empty() {
-                let raw = to_raw_value(value).map_err(|e| format!("'{tool}' returned unusable JSON: {e}"))?;
-                check_size(tool, raw.get().len(), max_bytes)?;
+                let raw = to_raw_value(value)?;
+                check_size(raw.get().len(), max_bytes)?;
                 return Ok(raw);
             }
             value.clone()
         }
-        None if shape.declares_output_schema => {
-            return Err(format!(
-                "'{tool}' declares an output schema but returned no structured content; the server is at fault"
-            ));
-        }
+        None if shape.declares_output_schema => return Err(ResultError::NoStructuredContent),
         None => {
             let parsed: Vec<(&str, Option<&RawValue>)> =
                 texts.iter().map(|text| (*text, serde_json::from_str::<&RawValue>(text).ok())).collect();
@@ -122,32 +173,24 @@ pub fn interpret(
                 // A sole text block was handled above: notes or prose come with this one.
                 [only] => {
                     notes.extend(prose);
-                    parse_value(tool, only)?
+                    serde_json::from_str(only.get())?
                 }
                 several => {
                     notes.extend(prose);
-                    Value::Array(several.iter().map(|raw| parse_value(tool, raw)).collect::<Result<_, _>>()?)
+                    Value::Array(several.iter().map(|raw| serde_json::from_str(raw.get())).collect::<Result<_, _>>()?)
                 }
             }
         }
     };
     let with_notes = attach_notes(value, notes);
-    to_raw_value(&with_notes).map_err(|e| format!("'{tool}' returned unusable JSON: {e}"))
+    Ok(to_raw_value(&with_notes)?)
 }
 
-fn check_size(tool: &str, bytes: usize, max_bytes: usize) -> Result<(), String> {
-    if bytes > max_bytes {
-        return Err(too_large(tool, bytes, max_bytes));
+fn check_size(bytes: usize, max: usize) -> Result<(), ResultError> {
+    if bytes > max {
+        return Err(ResultError::TooLarge { bytes, max });
     }
     Ok(())
-}
-
-/// The `ToolError` message for a result of `bytes` bytes, over `max_tool_result_bytes`.
-pub fn too_large(tool: &str, bytes: usize, max_bytes: usize) -> String {
-    format!(
-        "'{tool}' returned {bytes} bytes, more than max_tool_result_bytes ({max_bytes}); ask it for less \
-         (filter, paginate or limit the query)"
-    )
 }
 
 /// A placeholder note for content a program cannot receive.
@@ -196,10 +239,6 @@ fn attach_notes(value: Value, notes: Vec<String>) -> Value {
         Value::Null => Value::Object(Map::from_iter([("_notes".to_string(), notes)])),
         other => Value::Object(Map::from_iter([("result".to_string(), other), ("_notes".to_string(), notes)])),
     }
-}
-
-fn parse_value(tool: &str, raw: &RawValue) -> Result<Value, String> {
-    serde_json::from_str(raw.get()).map_err(|e| format!("'{tool}' returned unusable JSON: {e}"))
 }
 
 /// `text` as a JSON string, made in its own buffer (see [`quote_in_place`]).

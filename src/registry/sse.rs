@@ -17,7 +17,7 @@ use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::limits::Limits;
+use super::limits::{Limits, OFF_THREAD_BYTES};
 use super::liveness::{Classify, Loss, LossSignal, Watched};
 use super::remote;
 use crate::config::ServerConfig;
@@ -120,16 +120,21 @@ async fn endpoint_event(frames: &mut ByteFrames) -> Result<String, Loss> {
     }
 }
 
+/// Why the `endpoint` event cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum EndpointError {
+    #[error("the `endpoint` event is not a valid URL: {0}")]
+    Invalid(String),
+    #[error("the `endpoint` event points to another origin ({0}); refusing to send the configured headers there")]
+    OtherOrigin(String),
+}
+
 /// The POST URL from the `endpoint` event, relative to the stream's URL. It must stay on the same origin:
 /// the configured headers (credentials) go with every POST.
-fn resolve_endpoint(stream_url: &Url, endpoint: &str) -> Result<Url, String> {
-    let resolved =
-        stream_url.join(endpoint.trim()).map_err(|e| format!("the `endpoint` event is not a valid URL: {e}"))?;
+fn resolve_endpoint(stream_url: &Url, endpoint: &str) -> Result<Url, EndpointError> {
+    let resolved = stream_url.join(endpoint.trim()).map_err(|e| EndpointError::Invalid(e.to_string()))?;
     if resolved.origin() != stream_url.origin() {
-        return Err(format!(
-            "the `endpoint` event points to another origin ({}); refusing to send the configured headers there",
-            remote::origin(&resolved)
-        ));
+        return Err(EndpointError::OtherOrigin(remote::origin(&resolved)));
     }
     Ok(resolved)
 }
@@ -145,7 +150,7 @@ async fn read_messages(
         match frames.next().await {
             // An empty data field (a priming event) carries no message.
             Some(Ok(event)) if event.event == "message" && event.data.trim().is_empty() => {}
-            Some(Ok(event)) if event.event == "message" => match serde_json::from_str(&event.data) {
+            Some(Ok(event)) if event.event == "message" => match parse_message(event.data).await {
                 Ok(message) => {
                     if tx.send(message).await.is_err() {
                         return; // the session is gone
@@ -159,6 +164,16 @@ async fn read_messages(
         }
     };
     signal.report(loss);
+}
+
+/// A `message` event's data as a JSON-RPC message; a long one is parsed on a blocking thread, off the
+/// runtime thread that serves every run.
+async fn parse_message(data: String) -> serde_json::Result<ServerJsonRpcMessage> {
+    if data.len() < OFF_THREAD_BYTES {
+        return serde_json::from_str(&data);
+    }
+    let parsing = tokio::task::spawn_blocking(move || serde_json::from_str(&data));
+    parsing.await.unwrap_or_else(|panic| std::panic::resume_unwind(panic.into_panic()))
 }
 
 impl Transport<RoleClient> for LegacySse {
@@ -225,7 +240,7 @@ mod tests {
     fn an_endpoint_on_another_origin_is_refused() {
         let stream = Url::parse("https://mcp.example.com/sse").unwrap();
         let error = resolve_endpoint(&stream, "https://elsewhere.example.net/messages?s=1").unwrap_err();
-        assert!(error.contains("another origin (https://elsewhere.example.net)"), "{error}");
+        assert!(error.to_string().contains("another origin (https://elsewhere.example.net)"), "{error}");
     }
 
     #[test]

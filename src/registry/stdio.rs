@@ -5,27 +5,27 @@
 //! The group is always signalled before the leader is reaped: once the leader is reaped and the group is
 //! empty, its id may belong to someone else.
 
+mod calls;
 mod large_texts;
+mod stderr;
 mod tool_result;
 mod transport;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use super::limits::Limits;
 use crate::config::ServerConfig;
-use ptc_backends::lifecycle::ExitWatch;
-pub use transport::{LineTransport, oversized_bytes};
+use ptc_backends::lifecycle::{DeathWatch, ExitWatch, signal_group};
+use stderr::LastLine;
+pub use transport::{BadAnswer, LineTransport};
 
 /// Variables a downstream inherits from the server's environment when set (as the official SDKs do);
 /// everything else must be given in its `env`.
 const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
-/// The longest stderr line kept to explain why a server stopped.
-const STDERR_LINE_CHARS: usize = 300;
 /// How long its last stderr line may take to arrive once the group is gone. Bounded: a process that left
 /// the group can hold the pipe open for good.
 const STDERR_DRAIN: Duration = Duration::from_millis(300);
@@ -36,23 +36,34 @@ const TERM_GRACE: Duration = Duration::from_secs(1);
 
 pub type StdioTransport = LineTransport<ChildStdout, ChildStdin>;
 
+/// Why a downstream process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("could not start '{command}': {source}")]
+    Start { command: String, source: std::io::Error },
+    #[error("'{command}' started without its stdio piped")]
+    NotPiped { command: String },
+}
+
 /// A running downstream process, leader of its own process group. Dropping it kills the group.
 pub struct StdioProcess {
     child: Child,
     pgid: libc::pid_t,
     exit: ExitWatch,
+    /// Its group dies with the server, however the server ends (the reaper, where there is no parent-death
+    /// signal); dropped before the leader is reaped.
+    death: Option<DeathWatch>,
     /// Set once the leader is reaped (after its group was killed): the group id is no longer ours.
     reaped: bool,
     status: Option<ExitStatus>,
-    last_stderr_line: Arc<Mutex<Option<String>>>,
-    /// The task reading stderr; it ends at EOF, after the last line is in `last_stderr_line`.
+    last_stderr_line: LastLine,
+    /// The task draining stderr; it ends at EOF, after the last line is in `last_stderr_line`.
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl StdioProcess {
-    /// Starts the server and returns it with the transport over its stdin/stdout, whose lines may be up to
-    /// `max_line` bytes long.
-    pub fn spawn(config: &ServerConfig, max_line: usize) -> Result<(StdioProcess, StdioTransport), String> {
+    /// Starts the server and returns it with the transport over its stdin/stdout.
+    pub fn spawn(config: &ServerConfig, limits: Limits) -> Result<(StdioProcess, StdioTransport), SpawnError> {
         let command = config.command.as_deref().unwrap_or_default();
         let mut cmd = Command::new(command);
         cmd.args(&config.args)
@@ -64,26 +75,27 @@ impl StdioProcess {
             .stderr(Stdio::piped())
             // Its own group, so that helpers it starts (npx → node) go with it.
             .process_group(0);
-        let mut child = cmd.spawn().map_err(|e| format!("could not start '{command}': {e}"))?;
+        let mut child = cmd.spawn().map_err(|source| SpawnError::Start { command: command.to_string(), source })?;
         let (Some(pid), Some(stdout), Some(stdin)) = (child.id(), child.stdout.take(), child.stdin.take()) else {
-            return Err(format!("'{command}' started without its stdio piped"));
+            return Err(SpawnError::NotPiped { command: command.to_string() });
         };
         let pgid = pid as libc::pid_t;
-        let last_stderr_line = Arc::new(Mutex::new(None));
+        let last_stderr_line = LastLine::default();
         let stderr_reader = child
             .stderr
             .take()
-            .map(|stderr| tokio::spawn(follow_stderr(config.name.clone(), stderr, Arc::clone(&last_stderr_line))));
+            .map(|stderr| tokio::spawn(stderr::drain(config.name.clone(), stderr, last_stderr_line.clone())));
         let process = StdioProcess {
             child,
             pgid,
             exit: ExitWatch::new(pgid),
+            death: Some(DeathWatch::of(pgid)),
             reaped: false,
             status: None,
             last_stderr_line,
             stderr_reader,
         };
-        Ok((process, LineTransport::new(stdout, stdin, max_line)))
+        Ok((process, LineTransport::new(stdout, stdin, limits.max_message_bytes, limits.call_wait)))
     }
 
     /// Why the process ended, in words (`exited with status 1: <its last stderr line>`), if it exits
@@ -99,7 +111,7 @@ impl StdioProcess {
             Some(status) => describe(status),
             None => "exited".to_string(),
         };
-        Some(match self.last_stderr_line.lock().unwrap_or_else(|e| e.into_inner()).as_deref() {
+        Some(match self.last_stderr_line.get() {
             Some(line) => format!("{what}: {line}"),
             None => what,
         })
@@ -119,6 +131,7 @@ impl StdioProcess {
     async fn end_group(&mut self) -> Option<ExitStatus> {
         if !self.reaped {
             self.signal_group(libc::SIGKILL);
+            self.death = None;
             // SIGKILL cannot be caught: the wait is short; bounded all the same.
             if let Ok(waited) = tokio::time::timeout(TERM_GRACE, self.child.wait()).await {
                 self.reaped = true;
@@ -129,10 +142,9 @@ impl StdioProcess {
     }
 
     fn signal_group(&self, signal: libc::c_int) {
+        // The leader is not reaped yet, so the group id is still ours.
         if !self.reaped {
-            // SAFETY: plain syscall. The leader is not reaped yet, so the group id is still ours; ESRCH for a
-            // group that is already empty is fine.
-            unsafe { libc::kill(-self.pgid, signal) };
+            signal_group(self.pgid, signal);
         }
     }
 }
@@ -153,24 +165,14 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Logs a downstream's stderr (at debug level) and keeps its last non-blank line.
-async fn follow_stderr(server: String, stderr: ChildStderr, last: Arc<Mutex<Option<String>>>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(server, "stderr: {line}");
-        let line = line.trim();
-        if !line.is_empty() {
-            *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(line.chars().take(STDERR_LINE_CHARS).collect());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
     use crate::config::TransportKind;
+
+    const LIMITS: Limits = Limits { max_message_bytes: 1000, call_wait: Duration::from_secs(60) };
 
     fn server(script: &str) -> ServerConfig {
         ServerConfig {
@@ -187,9 +189,21 @@ mod tests {
 
     #[tokio::test]
     async fn an_exit_is_explained_by_its_status_and_last_stderr_line() {
-        let (mut process, _transport) =
-            StdioProcess::spawn(&server("echo 'Traceback:' >&2; echo 'ValueError: boom' >&2; echo >&2; exit 3"), 1000)
-                .unwrap();
+        let (mut process, _transport) = StdioProcess::spawn(
+            &server("echo 'Traceback:' >&2; echo 'ValueError: boom' >&2; echo >&2; exit 3"),
+            LIMITS,
+        )
+        .unwrap();
+        let reason = process.exit_reason(Duration::from_secs(10)).await;
+        assert_eq!(reason.as_deref(), Some("exited with status 3: ValueError: boom"));
+    }
+
+    /// A byte that is not UTF-8, then more than a pipe holds: the server neither blocks nor loses its stderr.
+    #[tokio::test]
+    async fn stderr_is_drained_whatever_its_bytes_and_its_last_line_still_explains_the_exit() {
+        let script = "printf 'bad \\377 byte\\n' >&2; head -c 1000000 /dev/zero | tr '\\0' x >&2; echo >&2; \
+                      echo 'ValueError: boom' >&2; exit 3";
+        let (mut process, _transport) = StdioProcess::spawn(&server(script), LIMITS).unwrap();
         let reason = process.exit_reason(Duration::from_secs(10)).await;
         assert_eq!(reason.as_deref(), Some("exited with status 3: ValueError: boom"));
     }
@@ -197,7 +211,7 @@ mod tests {
     #[tokio::test]
     async fn once_the_leader_exits_the_rest_of_its_group_is_killed() {
         let (mut process, _transport) =
-            StdioProcess::spawn(&server("sleep 60 & echo $! >&2; sleep 0.5; exit 0"), 1000).unwrap();
+            StdioProcess::spawn(&server("sleep 60 & echo $! >&2; sleep 0.5; exit 0"), LIMITS).unwrap();
         let helper = helper_pid(&process).await;
         assert_eq!(process.exit_reason(Duration::from_millis(50)).await, None, "it is still running");
         let reason = process.exit_reason(Duration::from_secs(10)).await.unwrap_or_default();
@@ -208,7 +222,7 @@ mod tests {
     #[tokio::test]
     async fn stop_ends_the_whole_group_even_members_that_ignore_sigterm() {
         let (mut process, transport) =
-            StdioProcess::spawn(&server("trap '' TERM; sleep 60 & echo $! >&2; wait"), 1000).unwrap();
+            StdioProcess::spawn(&server("trap '' TERM; sleep 60 & echo $! >&2; wait"), LIMITS).unwrap();
         let helper = helper_pid(&process).await;
         drop(transport); // closes its stdin, which this one ignores
         process.stop().await;
@@ -219,7 +233,7 @@ mod tests {
     /// The pid a test script printed to its stderr.
     async fn helper_pid(process: &StdioProcess) -> u32 {
         loop {
-            if let Some(pid) = process.last_stderr_line.lock().unwrap().as_deref().and_then(|l| l.parse().ok()) {
+            if let Some(pid) = process.last_stderr_line.get().and_then(|l| l.parse().ok()) {
                 return pid;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

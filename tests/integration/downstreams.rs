@@ -167,6 +167,19 @@ async fn server_memory_results_carry_their_payload_once() {
     );
 }
 
+/// Many servers log every request to stderr. Bytes that are not UTF-8 and lines far longer than a pipe holds
+/// neither stop ptc-mcp reading it (the server would block on its next write) nor cost it their size.
+#[apply(integration_test!)]
+async fn a_server_that_writes_anything_to_stderr_keeps_answering() {
+    let ptc =
+        Ptc::start(&config(&[mock_server("mock", &["--noisy-stderr"])], "  tool_call_timeout_seconds: 20\n")).await;
+    let mut calls = vec!["mcp__mock__stderr(size=300_000)".to_string(); 4];
+    calls.push("mcp__mock__echo(still='up')".to_string());
+    assert_eq!(ptc.outcomes(&calls).await, ["'written'", "'written'", "'written'", "'written'", "{'still': 'up'}"]);
+    let status = ptc.execute("print(server_status()['mock'])").await.expect_ok();
+    assert!(status.contains("{'connected': True, "), "{status}");
+}
+
 #[apply(integration_test!)]
 async fn a_server_that_dies_with_a_traceback_is_explained_in_one_line_with_its_last_stderr_line() {
     let ptc = Ptc::start(&config(&[mock_server("broken", &["--fail-start-traceback"])], "")).await;

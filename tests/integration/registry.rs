@@ -1,7 +1,7 @@
 //! Downstream servers through the registry: name mapping, result parsing over the wire, faults,
 //! supervision and reconnects, filters.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -109,6 +109,55 @@ print(type(rows).__name__, rows == expected, list(rows[7]))
     let run = ptc.execute(program).await;
     run.expect_ok();
     assert_eq!(run.structured()["output"], json!("list True ['id', 'name', 'tags', 'score']\n"));
+}
+
+/// The server has one runtime thread (stdio): a large result is read off it, so the server answers other
+/// requests meanwhile (reading it there held up every other run's progress, deadline and cancel).
+#[apply(integration_test!)]
+async fn the_server_answers_other_requests_while_it_reads_a_large_result() {
+    let ptc = ptc_with(&[], "  timeout_seconds: 300\n  tool_call_timeout_seconds: 300\n").await;
+    let started = Instant::now();
+    let large = ptc.execute("rows = await mcp__mock__sdk_rows(count=50_000)\nprint(len(rows))");
+    tokio::pin!(large);
+    let mut slowest = Duration::ZERO;
+    let run = loop {
+        let asked = Instant::now();
+        tokio::select! {
+            run = &mut large => {
+                // An answer still awaited was at least this slow.
+                slowest = slowest.max(asked.elapsed());
+                break run;
+            }
+            _ = ptc.list_callable_tools() => slowest = slowest.max(asked.elapsed()),
+        }
+    };
+    let took = started.elapsed();
+    assert_eq!(run.structured()["output"], json!("50000\n"), "{}", run.text());
+    assert!(slowest < took / 4, "an answer took {slowest:?} while the large result took {took:?}");
+}
+
+/// An answer that cannot be read (bytes that are not UTF-8, a line cut short) fails its call at once, not
+/// after `tool_call_timeout_seconds`; the connection stays up.
+#[apply(integration_test!)]
+async fn an_answer_that_does_not_parse_fails_its_call_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("starts");
+    let flags = ["--broken-answers", "--state-file", &state.display().to_string()];
+    let ptc = ptc_with(&flags, "  tool_call_timeout_seconds: 30\n").await;
+    let calls = [
+        "mcp__mock__broken_answer(kind='utf8')".to_string(),
+        "mcp__mock__broken_answer(kind='truncated')".to_string(),
+        "mcp__mock__echo(still='up')".to_string(),
+    ];
+    let started = Instant::now();
+    let lines = ptc.outcomes(&calls).await;
+    let expected = "ToolError: 'mcp__mock__broken_answer' failed: server 'mock' sent an answer that cannot be read: \
+                    it is not valid JSON (";
+    assert!(lines[0].starts_with(expected), "{}", lines[0]);
+    assert!(lines[1].starts_with(expected) && lines[1].contains("EOF while parsing"), "{}", lines[1]);
+    assert_eq!(lines[2], "{'still': 'up'}");
+    assert!(started.elapsed() < Duration::from_secs(30), "the calls waited: {:?}", started.elapsed());
+    assert_eq!(std::fs::read_to_string(&state).unwrap().lines().count(), 1, "the server was started once");
 }
 
 #[apply(integration_test!)]

@@ -224,6 +224,37 @@ def register_media(server):
                     {"type": "object", "properties": {"n": {"type": "integer"}, "size": {"type": "integer"}}})
 
 
+def register_noisy_stderr(server):
+    """A tool that writes to stderr what a careless server may: a byte that is not UTF-8, a very long line."""
+    def stderr(args):
+        sys.stderr.buffer.write(b"mock: \xff is not UTF-8\n" + b"x" * args["size"] + b"\n")
+        sys.stderr.buffer.flush()
+        return result(text("written"))
+
+    server.add_tool("stderr", stderr, "Write a line that is not UTF-8 and one of `size` bytes to stderr, then answer.",
+                    {"type": "object", "properties": {"size": {"type": "integer", "minimum": 0}},
+                     "required": ["size"]})
+
+
+def register_broken_answers(server):
+    """A tool whose answer does not parse: `kind` 'utf8' puts a byte that is not UTF-8 in a string, 'truncated'
+    cuts the line short (the id comes first, as most SDKs write it)."""
+    def broken(args, request_id):
+        answer = json.dumps({"jsonrpc": "2.0", "id": request_id,
+                             "result": {"content": [{"type": "text", "text": "PLACEHOLDER"}]}})
+        raw = answer.encode()
+        if args["kind"] == "utf8":
+            raw = raw.replace(b"PLACEHOLDER", b"bad \xff byte")
+        else:
+            raw = raw[:raw.index(b"PLACEHOLDER")]
+        server.write_bytes(raw + b"\n")
+        return NO_REPLY
+
+    server.add_tool("broken_answer", broken, "Answer with a line that does not parse (kind: utf8 or truncated).",
+                    {"type": "object", "properties": {"kind": {"enum": ["utf8", "truncated"]}},
+                     "required": ["kind"]}, pass_id=True)
+
+
 def register_extras(server, count):
     for i in range(count):
         server.add_tool(f"extra_{i}", lambda _args: result(text("ok")),
@@ -255,6 +286,10 @@ def main():
                         help="also register file_style, which answers as server-filesystem does")
     parser.add_argument("--media", action="store_true",
                         help="also register media, whose result carries an image and an audio block")
+    parser.add_argument("--noisy-stderr", action="store_true",
+                        help="also register stderr, which writes bytes that are not UTF-8 and a long line to stderr")
+    parser.add_argument("--broken-answers", action="store_true",
+                        help="also register broken_answer, whose answer does not parse")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N",
                         help="also register N trivial tools extra_0..extra_{N-1}")
     options = parser.parse_args()
@@ -286,6 +321,10 @@ def main():
         register_file_style(server)
     if options.media:
         register_media(server)
+    if options.noisy_stderr:
+        register_noisy_stderr(server)
+    if options.broken_answers:
+        register_broken_answers(server)
     register_extras(server, options.extra_tools)
     server.serve()
 

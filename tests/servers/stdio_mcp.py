@@ -52,19 +52,20 @@ class Server:
         # Seconds to wait before handling the first message, like a server still importing its SDK.
         self.first_answer_delay = first_answer_delay
         self.on_request = on_request  # called with each request's method, before it is handled
-        self._tools = {}  # name -> (definition, handler); insertion order is list order
+        self._tools = {}  # name -> (definition, handler, pass_id); insertion order is list order
         self._tools_lock = threading.Lock()
         self._write_lock = threading.Lock()
 
     def add_tool(self, name, handler, description, input_schema, *,
-                 output_schema=None, meta=None, title=None, annotations=None):
-        """Register `handler(arguments) -> CallToolResult | NO_REPLY`."""
+                 output_schema=None, meta=None, title=None, annotations=None, pass_id=False):
+        """Register `handler(arguments) -> CallToolResult | NO_REPLY`; with pass_id,
+        `handler(arguments, request_id)`, for a handler that writes its own answer."""
         definition = {"name": name, "description": description, "inputSchema": input_schema}
         optional = {"title": title, "outputSchema": output_schema,
                     "annotations": annotations, "_meta": meta}
         definition.update({k: v for k, v in optional.items() if v is not None})
         with self._tools_lock:
-            self._tools[name] = (definition, handler)
+            self._tools[name] = (definition, handler, pass_id)
 
     def tool(self, name, description, input_schema, **options):
         """Decorator form of add_tool."""
@@ -77,7 +78,10 @@ class Server:
 
     def write_raw(self, line):
         """Write one line to stdout as is; whole lines never interleave."""
-        data = (line + "\n").encode("utf-8")
+        self.write_bytes((line + "\n").encode("utf-8"))
+
+    def write_bytes(self, data):
+        """Write bytes to stdout as they are (they need not be UTF-8, nor end a line)."""
         with self._write_lock:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
@@ -127,7 +131,7 @@ class Server:
     def _respond(self, message):
         request_id = message["id"]
         try:
-            result = self._handle(message["method"], message.get("params") or {})
+            result = self._handle(message["method"], message.get("params") or {}, request_id)
         except RpcError as exc:
             error = {"code": exc.code, "message": exc.message}
             if exc.data is not None:
@@ -141,7 +145,7 @@ class Server:
         if result is not NO_REPLY:
             self.send({"id": request_id, "result": result})
 
-    def _handle(self, method, params):
+    def _handle(self, method, params, request_id=None):
         if method == "initialize":
             requested = params.get("protocolVersion")
             return {
@@ -167,12 +171,14 @@ class Server:
                 entry = self._tools.get(params.get("name"))
             if entry is None:
                 raise RpcError(-32602, f"Unknown tool: {params.get('name')}")
-            return entry[1](params.get("arguments") or {})
+            _, handler, pass_id = entry
+            arguments = params.get("arguments") or {}
+            return handler(arguments, request_id) if pass_id else handler(arguments)
         raise RpcError(-32601, "Method not found")
 
     def _list_tools(self, cursor):
         with self._tools_lock:
-            tools = [definition for definition, _ in self._tools.values()]
+            tools = [definition for definition, _, _ in self._tools.values()]
         if not self.page_size:
             return {"tools": tools}
         start = _decode_cursor(cursor) if cursor is not None else 0

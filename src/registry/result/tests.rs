@@ -17,8 +17,11 @@ fn read(value: Value) -> Result<Value, String> {
     read_with(value, &ResultShape::default())
 }
 
+/// As the program sees it: the value, or the `ToolError` message of a call to `mcp__s__t`.
 fn read_with(value: Value, shape: &ResultShape) -> Result<Value, String> {
-    interpret("mcp__s__t", &mut result(value), shape, MAX).map(|raw| serde_json::from_str(raw.get()).unwrap())
+    interpret(&mut result(value), shape, MAX)
+        .map(|raw| serde_json::from_str(raw.get()).unwrap())
+        .map_err(|error| format!("'mcp__s__t' {error}"))
 }
 
 #[test]
@@ -113,7 +116,7 @@ fn a_list_of_100_000_elements_with_a_text_each_has_no_notes() {
     let content: Vec<Value> = rows.iter().map(|row| text(&row.to_string())).collect();
     let mut result = result(json!({"content": content, "structuredContent": {"result": rows}}));
     let shape = ResultShape { wrapped: true, ..ResultShape::default() };
-    let value = interpret("t", &mut result, &shape, usize::MAX).unwrap();
+    let value = interpret(&mut result, &shape, usize::MAX).unwrap();
     assert_eq!(serde_json::from_str::<Value>(value.get()).unwrap(), json!(rows));
 }
 
@@ -183,18 +186,19 @@ fn a_result_that_breaks_the_output_schema_is_a_tool_error() {
 #[test]
 fn a_result_over_the_size_limit_is_a_tool_error_that_suggests_asking_for_less() {
     let big = "x".repeat(100);
-    let err = interpret("t", &mut result(json!({"content": [text(&big)]})), &ResultShape::default(), 50).unwrap_err();
+    let err = interpret(&mut result(json!({"content": [text(&big)]})), &ResultShape::default(), 50).unwrap_err();
     assert_eq!(
-        err,
-        "'t' returned 100 bytes, more than max_tool_result_bytes (50); ask it for less (filter, paginate or limit the query)"
+        err.to_string(),
+        "returned 100 bytes, more than max_tool_result_bytes (50); ask it for less (filter, paginate or limit the query)"
     );
     let structured = json!({"content": [], "structuredContent": {"data": big}});
-    assert!(interpret("t", &mut result(structured), &ResultShape::default(), 50).is_err());
+    let err = interpret(&mut result(structured), &ResultShape::default(), 50).unwrap_err();
+    assert!(matches!(err, ResultError::TooLarge { bytes: 111, max: 50 }), "{err:?}");
 }
 
 #[test]
 fn a_json_text_is_passed_through_verbatim() {
-    let raw = interpret("t", &mut result(json!({"content": [text(" {\"a\":  1}\n")]})), &ResultShape::default(), MAX);
+    let raw = interpret(&mut result(json!({"content": [text(" {\"a\":  1}\n")]})), &ResultShape::default(), MAX);
     assert_eq!(raw.unwrap().get(), "{\"a\":  1}", "as it is, but for the whitespace around it");
 }
 
@@ -204,7 +208,7 @@ fn image_and_audio_blocks_are_kept_with_their_placeholders() {
     let audio = json!({"type": "audio", "data": "AAAA", "mimeType": "audio/wav"});
     let link = json!({"type": "resource_link", "uri": "file:///x", "name": "x"});
     let mut raw = result(json!({"content": [text("chart"), image.clone(), link, audio.clone()]}));
-    let value = interpret("t", &mut raw, &ResultShape::default(), MAX).unwrap();
+    let value = interpret(&mut raw, &ResultShape::default(), MAX).unwrap();
     assert_eq!(
         serde_json::from_str::<Value>(value.get()).unwrap()["_notes"],
         json!([

@@ -51,7 +51,7 @@ pub struct Cut {
 impl Cut {
     /// None if the line holds no large text where a tool result has its texts.
     pub fn of(line: &[u8]) -> Option<Cut> {
-        if line.len() < LARGE {
+        if line.len() < LARGE || !may_hold_a_large_string(line) {
             return None;
         }
         let message: Message = serde_json::from_slice(line).ok()?;
@@ -110,6 +110,26 @@ impl Cut {
         }
         Ok(())
     }
+}
+
+/// Whether a string literal in `line` may be `LARGE` bytes long: whether two quotes that are not escaped
+/// lie that far apart. A result of many small values (a list of rows) is then not parsed once more for
+/// nothing: memchr finds the quotes many times faster than serde_json reads the line.
+fn may_hold_a_large_string(line: &[u8]) -> bool {
+    let mut opening = None;
+    for at in memchr::memchr_iter(b'"', line) {
+        // Escaped by an odd number of backslashes; each run of them is looked at once, by the quote after it.
+        let backslashes = line[..at].iter().rev().take_while(|&&byte| byte == b'\\').count();
+        if backslashes % 2 == 1 {
+            continue;
+        }
+        match opening.take() {
+            Some(start) if at + 1 - start >= LARGE => return true,
+            Some(_) => {}
+            None => opening = Some(at),
+        }
+    }
+    false
 }
 
 /// The text of a JSON string literal (its quotes included) that serde_json has validated; None where
@@ -218,6 +238,21 @@ mod tests {
             assert_eq!(unescape(literal.as_bytes()), expected, "{literal}");
         }
         assert_eq!(unescape(b"no quotes"), None);
+    }
+
+    #[test]
+    fn only_a_line_with_quotes_far_enough_apart_may_hold_a_large_string() {
+        let rows: Vec<Value> = (0..10_000).map(|i| json!({"id": i, "name": format!("row \"{i}\"")})).collect();
+        let rows = json!({"result": {"structuredContent": rows}}).to_string();
+        assert!(rows.len() > 4 * LARGE && !may_hold_a_large_string(rows.as_bytes()));
+        let document = serde_json::to_string(&rows).unwrap();
+        assert!(may_hold_a_large_string(document.as_bytes()), "escaped quotes do not end a string");
+        let numbers = format!("[{}]", "1,".repeat(LARGE));
+        assert!(!may_hold_a_large_string(numbers.as_bytes()), "no string at all");
+        let short_strings_far_apart = format!(r#"["a",{}"b"]"#, "1,".repeat(LARGE));
+        assert!(!may_hold_a_large_string(short_strings_far_apart.as_bytes()));
+        let exactly = format!("\"{}\"", "x".repeat(LARGE - 2));
+        assert!(may_hold_a_large_string(exactly.as_bytes()) && !may_hold_a_large_string(&exactly.as_bytes()[1..]));
     }
 
     fn tool_answer(texts: &[String]) -> String {

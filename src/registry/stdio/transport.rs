@@ -1,20 +1,22 @@
 //! The MCP transport over a downstream's stdin/stdout: one JSON-RPC message per line, read with the
 //! project's cancellation-safe [`LineReader`] and parsed into rmcp's message types.
 //!
-//! Unlike rmcp's own stdio transport, which drops a line over its limit without a word (the caller then
-//! waits out its timeout), an overlong answer to one of our requests becomes a JSON-RPC error for that
-//! request at once, marked so the registry can say how large it was. The connection stays usable.
+//! Unlike rmcp's own stdio transport, which drops a line it cannot take without a word (the caller then
+//! waits out its timeout), an answer to one of our calls that is too long or cannot be read becomes a
+//! JSON-RPC error for that call at once, marked so the registry can say what was wrong (see [`BadAnswer`]).
+//! The connection stays usable.
 //!
 //! Answers to `tools/call` are read as a tool result directly from the line, typed, with no JSON tree of
 //! the whole message in between. (rmcp's generic reading tries every result type in turn through serde's
 //! untagged buffering, which holds several copies of a large text at once: the server's peak memory was ~5.7
 //! times a 60 MB result; large texts now cost their size once, see [`Cut`]. An 8 MB structured result of
 //! 110,000 small rows peaked at 275 MB read as a tree of the whole message and then rebuilt; 184 MB read
-//! typed, its tree without spare capacity, see [`tool_result`].)
+//! typed, its tree without spare capacity, see [`tool_result`].) A long line is parsed on a blocking thread:
+//! the runtime thread serves every other run meanwhile.
 
-use std::collections::HashSet;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolResult, ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData, RequestId,
@@ -26,43 +28,72 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 
+use super::super::limits::OFF_THREAD_BYTES;
+use super::calls::Calls;
 use super::large_texts::Cut;
 use super::tool_result;
-use crate::lines::{Line, LineReader};
+use crate::lines::{Line, LineReader, top_level_id};
 
 /// The key in the `data` of a synthesized error that carries the size of the dropped message.
 const OVERSIZED: &str = "ptc-mcp/oversizedMessageBytes";
+/// The key in the `data` of a synthesized error for an answer that could not be read.
+const UNREADABLE: &str = "ptc-mcp/unreadableAnswer";
 /// RFC 8259 allows a parser to skip a leading UTF-8 byte order mark; some servers send one.
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+type Received = RxJsonRpcMessage<RoleClient>;
 
 /// Newline-delimited JSON-RPC over a reader and a writer (a child's stdout and stdin).
 pub struct LineTransport<R, W> {
     reader: LineReader<R>,
     /// Shared with the futures `send` returns (they must be `'static`); `None` once closed.
-    writer: Arc<Mutex<Option<W>>>,
+    writer: Arc<tokio::sync::Mutex<Option<W>>>,
     max_line: usize,
-    /// Our `tools/call` requests that are not answered (or cancelled) yet.
-    calls: HashSet<RequestId>,
+    /// Our `tools/call` requests that may still be answered; shared with a line parsed on a blocking thread.
+    calls: Arc<Mutex<Calls>>,
+    /// A long line being parsed on a blocking thread. Kept here, not in `receive`'s future: rmcp drops that
+    /// future whenever something else happens first, and the next `receive` picks the parse up again.
+    parsing: Option<JoinHandle<Option<Received>>>,
 }
 
 impl<R: AsyncRead + Unpin, W> LineTransport<R, W> {
-    /// Lines longer than `max_line` bytes are not kept (see [`oversized_bytes`]).
-    pub fn new(reader: R, writer: W, max_line: usize) -> Self {
+    /// Lines longer than `max_line` bytes are not kept (see [`BadAnswer::TooLong`]); a call is waited for
+    /// at most `call_wait` (see [`Calls`]).
+    pub fn new(reader: R, writer: W, max_line: usize, call_wait: Duration) -> Self {
         LineTransport {
             reader: LineReader::new(reader, max_line),
-            writer: Arc::new(Mutex::new(Some(writer))),
+            writer: Arc::new(tokio::sync::Mutex::new(Some(writer))),
             max_line,
-            calls: HashSet::new(),
+            calls: Arc::new(Mutex::new(Calls::new(call_wait))),
+            parsing: None,
         }
+    }
+
+    fn calls(&self) -> MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// The size of the message that a JSON-RPC error from [`LineTransport`] stands for, if it stands for one
-/// that was too long to accept.
-pub fn oversized_bytes(error: &ErrorData) -> Option<usize> {
-    usize::try_from(error.data.as_ref()?.get(OVERSIZED)?.as_u64()?).ok()
+/// What was wrong with an answer that the transport failed its call for.
+#[derive(Debug, PartialEq)]
+pub enum BadAnswer {
+    /// It was longer than the connection accepts: its size.
+    TooLong { bytes: usize },
+    /// It could not be read (not JSON, not a tool result): why, in words.
+    Unreadable(String),
+}
+
+impl BadAnswer {
+    /// What a JSON-RPC error from [`LineTransport`] stands for, if the transport made it.
+    pub fn of(error: &ErrorData) -> Option<BadAnswer> {
+        let data = error.data.as_ref()?;
+        if let Some(bytes) = data.get(OVERSIZED).and_then(Value::as_u64) {
+            return Some(BadAnswer::TooLong { bytes: usize::try_from(bytes).ok()? });
+        }
+        data.get(UNREADABLE).map(|_| BadAnswer::Unreadable(error.message.to_string()))
+    }
 }
 
 impl<R, W> Transport<RoleClient> for LineTransport<R, W>
@@ -78,14 +109,14 @@ where
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         match &item {
             ClientJsonRpcMessage::Request(request) if matches!(request.request, ClientRequest::CallToolRequest(_)) => {
-                self.calls.insert(request.id.clone());
+                self.calls().sent(request.id.clone());
             }
             // A cancelled call may never be answered.
             ClientJsonRpcMessage::Notification(notification) => {
                 if let ClientNotification::CancelledNotification(cancelled) = &notification.notification
                     && let Some(id) = &cancelled.params.request_id
                 {
-                    self.calls.remove(id);
+                    self.calls().take(id);
                 }
             }
             _ => {}
@@ -104,18 +135,31 @@ where
         }
     }
 
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+    async fn receive(&mut self) -> Option<Received> {
         loop {
+            if let Some(parsing) = &mut self.parsing {
+                let parsed = parsing.await;
+                self.parsing = None;
+                match parsed {
+                    Ok(Some(message)) => return Some(message),
+                    Ok(None) => {}
+                    Err(error) => tracing::error!("parsing a line from a downstream failed: {error}"),
+                }
+            }
             match self.reader.next_line().await {
                 Ok(Line::Complete(_)) => {
                     // Taken, not borrowed: a large result's text is read into the line's own buffer.
-                    if let Some(message) = parse(self.reader.take_line(), &mut self.calls) {
+                    let line = self.reader.take_line();
+                    if line.len() >= OFF_THREAD_BYTES {
+                        let calls = Arc::clone(&self.calls);
+                        self.parsing = Some(tokio::task::spawn_blocking(move || parse(line, &calls)));
+                    } else if let Some(message) = parse(line, &self.calls) {
                         return Some(message);
                     }
                 }
                 Ok(Line::TooLong { len, id }) => match id.and_then(|id| serde_json::from_value::<RequestId>(id).ok()) {
                     Some(id) => {
-                        self.calls.remove(&id);
+                        self.calls().take(&id);
                         return Some(oversized(id, len, self.max_line));
                     }
                     None => tracing::warn!(
@@ -141,9 +185,8 @@ where
 }
 
 /// One line as a message; blank lines and lines that are not a JSON-RPC message are skipped (as rmcp and
-/// the other SDKs do: answering garbage can start an error storm). `calls` are the ids of our unanswered
-/// `tools/call` requests.
-fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcMessage<RoleClient>> {
+/// the other SDKs do: answering garbage can start an error storm), unless they answer one of our `calls`.
+fn parse(mut line: Vec<u8>, calls: &Mutex<Calls>) -> Option<Received> {
     if line.ends_with(b"\r") {
         line.pop();
     }
@@ -155,9 +198,8 @@ fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcM
     }
     let cut = Cut::of(&line);
     let unlarge = cut.as_ref().map_or(line.as_slice(), Cut::rest);
-    if let Some((id, at)) = answered_call(unlarge, calls) {
-        calls.remove(&id);
-        match tool_result::read(&unlarge[at]) {
+    match answered_call(unlarge, calls) {
+        Answered::Call { id, result: at } => match tool_result::read(&unlarge[at]) {
             Ok(Some(mut result)) => {
                 let filled = match cut {
                     Some(cut) => cut.fill(&mut result, line).map(|()| result),
@@ -168,7 +210,11 @@ fn parse(mut line: Vec<u8>, calls: &mut HashSet<RequestId>) -> Option<RxJsonRpcM
             // Not a tool result (a task handle, say): read as any other message.
             Ok(None) => {}
             Err(error) => return Some(answer(id, Err(error))),
+        },
+        Answered::Unreadable { id, error } => {
+            return Some(unreadable(id, &format!("it is not valid JSON ({error})")));
         }
+        Answered::Other => {}
     }
     serde_json::from_slice(&line)
         .map_err(|e| {
@@ -187,36 +233,54 @@ struct Answer<'a> {
     result: Option<&'a RawValue>,
 }
 
-/// The id of the message if it answers one of our `tools/call` requests, and where its result lies in it.
-fn answered_call(line: &[u8], calls: &HashSet<RequestId>) -> Option<(RequestId, Range<usize>)> {
+/// Whether a line answers one of our calls.
+enum Answered {
+    /// It does, with a result at this range of the line.
+    Call { id: RequestId, result: Range<usize> },
+    /// Its top-level id is one of our calls', but it does not parse.
+    Unreadable { id: RequestId, error: serde_json::Error },
+    /// It is some other message (or an answer without a result).
+    Other,
+}
+
+/// Whether `line` answers one of our `calls` (which then forget it), and where its result lies in it.
+fn answered_call(line: &[u8], calls: &Mutex<Calls>) -> Answered {
     // A message is an object (serde would read these fields from an array too).
     if line.trim_ascii_start().first() != Some(&b'{') {
-        return None;
+        return Answered::Other;
     }
-    let answer: Answer = serde_json::from_slice(line).ok()?;
-    let id = answer.id.filter(|id| calls.contains(id))?;
-    let result = answer.result?.get();
-    let at = result.as_ptr() as usize - line.as_ptr() as usize;
-    Some((id, at..at + result.len()))
+    let take = |id: &RequestId| calls.lock().unwrap_or_else(|e| e.into_inner()).take(id);
+    match serde_json::from_slice::<Answer>(line) {
+        Ok(Answer { id: Some(id), result: Some(result) }) if take(&id) => {
+            let result = result.get();
+            let at = result.as_ptr() as usize - line.as_ptr() as usize;
+            Answered::Call { id, result: at..at + result.len() }
+        }
+        Ok(_) => Answered::Other,
+        // Cut short, or with bytes that are not UTF-8: its id may still say which call it answers.
+        Err(error) => match top_level_id(line).and_then(|id| serde_json::from_value::<RequestId>(id).ok()) {
+            Some(id) if take(&id) => Answered::Unreadable { id, error },
+            _ => Answered::Other,
+        },
+    }
 }
 
 /// The answer to `tools/call` `id`: its tool result, or an error saying why it has none.
-fn answer(id: RequestId, result: serde_json::Result<CallToolResult>) -> RxJsonRpcMessage<RoleClient> {
+fn answer(id: RequestId, result: serde_json::Result<CallToolResult>) -> Received {
     match result {
         Ok(result) => ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
-        Err(e) => ServerJsonRpcMessage::error(
-            ErrorData::new(
-                ErrorCode::INTERNAL_ERROR,
-                format!("the server answered with an invalid tool result: {e}"),
-                None,
-            ),
-            Some(id),
-        ),
+        Err(e) => unreadable(id, &format!("it is not a valid tool result ({e})")),
     }
 }
 
+/// The error that answers call `id` in place of an answer that could not be read, and says `why`.
+fn unreadable(id: RequestId, why: &str) -> Received {
+    let data: Value = json!({ UNREADABLE: true });
+    ServerJsonRpcMessage::error(ErrorData::new(ErrorCode::INTERNAL_ERROR, why.to_string(), Some(data)), Some(id))
+}
+
 /// The error that answers request `id` in place of a message of `len` bytes that was not accepted.
-fn oversized(id: RequestId, len: usize, max_line: usize) -> RxJsonRpcMessage<RoleClient> {
+fn oversized(id: RequestId, len: usize, max_line: usize) -> Received {
     let message = format!("the server sent a message of {len} bytes, more than the {max_line} this connection accepts");
     let data: Value = json!({ OVERSIZED: len });
     ServerJsonRpcMessage::error(ErrorData::new(ErrorCode::INTERNAL_ERROR, message, Some(data)), Some(id))
@@ -229,13 +293,53 @@ mod tests {
 
     use super::*;
 
+    const WAIT: Duration = Duration::from_secs(60);
+
+    fn transport(
+        input: impl Into<Vec<u8>>,
+        max_line: usize,
+    ) -> LineTransport<std::io::Cursor<Vec<u8>>, tokio::io::Sink> {
+        LineTransport::new(std::io::Cursor::new(input.into()), tokio::io::sink(), max_line, WAIT)
+    }
+
     async fn received(input: &[u8], max_line: usize) -> Vec<Value> {
-        let mut transport = LineTransport::new(std::io::Cursor::new(input.to_vec()), tokio::io::sink(), max_line);
+        let mut transport = transport(input, max_line);
         let mut out = Vec::new();
         while let Some(message) = Transport::<RoleClient>::receive(&mut transport).await {
             out.push(serde_json::to_value(message).unwrap());
         }
         out
+    }
+
+    /// Sends `tools/call` requests with these ids, as rmcp would.
+    async fn call<R, W>(transport: &mut LineTransport<R, W>, ids: impl IntoIterator<Item = i64>)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        for id in ids {
+            let call = CallToolRequest::new(CallToolRequestParams::new("t"));
+            let request = ClientJsonRpcMessage::request(ClientRequest::CallToolRequest(call), RequestId::Number(id));
+            transport.send(request).await.unwrap();
+        }
+    }
+
+    fn text(message: Option<Received>) -> String {
+        match message {
+            Some(ServerJsonRpcMessage::Response(response)) => match response.result {
+                ServerResult::CallToolResult(result) => result.content[0].as_text().unwrap().text.clone(),
+                other => panic!("not a tool result: {other:?}"),
+            },
+            other => panic!("not a response: {other:?}"),
+        }
+    }
+
+    /// The id and what was wrong, of the error the transport made for an answer.
+    fn bad_answer(message: Option<Received>) -> (Option<RequestId>, BadAnswer) {
+        match message {
+            Some(ServerJsonRpcMessage::Error(error)) => (error.id, BadAnswer::of(&error.error).expect("ours")),
+            other => panic!("not an error: {other:?}"),
+        }
     }
 
     #[tokio::test]
@@ -260,13 +364,13 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0]["id"], json!("r-7"));
         let error: ErrorData = serde_json::from_value(got[0]["error"].clone()).unwrap();
-        assert_eq!(oversized_bytes(&error), Some(long.len()));
+        assert_eq!(BadAnswer::of(&error), Some(BadAnswer::TooLong { bytes: long.len() }));
         assert_eq!(
             error.message,
             format!("the server sent a message of {} bytes, more than the 100 this connection accepts", long.len())
         );
         assert_eq!(got[1], json!({"jsonrpc": "2.0", "id": 8, "result": {}}));
-        assert_eq!(oversized_bytes(&ErrorData::internal_error("other", None)), None);
+        assert_eq!(BadAnswer::of(&ErrorData::internal_error("other", None)), None);
     }
 
     #[tokio::test]
@@ -280,40 +384,81 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 5, "result": {"resultType": "task", "task": {}}}),
         ];
         let input: String = answers.iter().map(|answer| format!("{answer}\n")).collect();
-        let mut transport = LineTransport::new(std::io::Cursor::new(input.into_bytes()), tokio::io::sink(), 1 << 20);
-        for id in 1..=5 {
-            let call = CallToolRequest::new(CallToolRequestParams::new("t"));
-            let request = ClientJsonRpcMessage::request(ClientRequest::CallToolRequest(call), RequestId::Number(id));
-            transport.send(request).await.unwrap();
-        }
-        let text = |message: Option<RxJsonRpcMessage<RoleClient>>| match message {
-            Some(ServerJsonRpcMessage::Response(response)) => match response.result {
-                ServerResult::CallToolResult(result) => result.content[0].as_text().unwrap().text.clone(),
-                other => panic!("not a tool result: {other:?}"),
-            },
-            other => panic!("not a response: {other:?}"),
-        };
+        let mut transport = transport(input, 1 << 20);
+        call(&mut transport, 1..=5).await;
         assert_eq!(text(Transport::<RoleClient>::receive(&mut transport).await), "hi");
         for id in [2, 3] {
-            match Transport::<RoleClient>::receive(&mut transport).await {
-                Some(ServerJsonRpcMessage::Error(error)) => {
-                    assert_eq!(error.id, Some(RequestId::Number(id)));
-                    assert!(error.error.message.starts_with("the server answered with an invalid tool result"));
-                }
-                other => panic!("not an error: {other:?}"),
-            }
+            let (answers, BadAnswer::Unreadable(why)) =
+                bad_answer(Transport::<RoleClient>::receive(&mut transport).await)
+            else {
+                panic!("not unreadable")
+            };
+            assert_eq!(answers, Some(RequestId::Number(id)));
+            assert!(why.starts_with("it is not a valid tool result ("), "{why}");
         }
         assert_eq!(text(Transport::<RoleClient>::receive(&mut transport).await), large);
         // Not a tool result: read as any other message, not failed as an invalid one.
         let task = Transport::<RoleClient>::receive(&mut transport).await;
         assert!(!matches!(task, Some(ServerJsonRpcMessage::Error(_))), "{task:?}");
-        assert!(transport.calls.is_empty(), "answered calls are forgotten");
+        assert_eq!(transport.calls().len(), 0, "answered calls are forgotten");
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_a_call_that_does_not_parse_fails_that_call_at_once() {
+        let not_utf8 =
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"\xff\"}]}}";
+        let cut_short = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hal"#;
+        let not_ours = br#"{"jsonrpc":"2.0","id":9,"result":{"content":["#;
+        let mut large = br#"{"id":3,"result":{"content":[{"type":"text","text":""#.to_vec();
+        large.extend(std::iter::repeat_n(b'x', 2 * OFF_THREAD_BYTES));
+        let input =
+            [&not_utf8[..], cut_short, not_ours, &large, br#"{"jsonrpc":"2.0","id":4,"result":{}}"#].join(&b'\n');
+        let mut transport = transport(input, 1 << 20);
+        call(&mut transport, 1..=3).await;
+        for id in 1..=3 {
+            let (answers, BadAnswer::Unreadable(why)) =
+                bad_answer(Transport::<RoleClient>::receive(&mut transport).await)
+            else {
+                panic!("not unreadable")
+            };
+            assert_eq!(answers, Some(RequestId::Number(id)));
+            assert!(why.starts_with("it is not valid JSON ("), "{why}");
+        }
+        // A line for no call of ours is still skipped; what follows arrives.
+        let next = Transport::<RoleClient>::receive(&mut transport).await;
+        assert_eq!(serde_json::to_value(next).unwrap(), json!({"jsonrpc": "2.0", "id": 4, "result": {}}));
+        assert_eq!(transport.calls().len(), 0);
+    }
+
+    /// rmcp drops `receive`'s future whenever another event comes first: a long line parsed on a blocking
+    /// thread meanwhile is neither lost nor delivered twice, and what follows it comes after it.
+    #[tokio::test]
+    async fn a_long_line_parsed_off_the_runtime_thread_survives_a_dropped_receive() {
+        let long = "y".repeat(4 * OFF_THREAD_BYTES);
+        let answers = [
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": long}]}}),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "short"}]}}),
+        ];
+        let input: String = answers.iter().map(|answer| format!("{answer}\n")).collect();
+        let mut transport = transport(input, 16 << 20);
+        call(&mut transport, 1..=2).await;
+        let mut texts = Vec::new();
+        while texts.len() < 2 {
+            // Gives up at once unless the message is there: every parse of the long line is interrupted.
+            let receiving = Transport::<RoleClient>::receive(&mut transport);
+            if let Some(message) = futures::FutureExt::now_or_never(receiving) {
+                texts.push(text(message));
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(texts, [long, "short".to_string()]);
     }
 
     #[tokio::test]
     async fn sent_messages_are_whole_lines_and_close_shuts_the_writer() {
         let (writer, mut peer) = tokio::io::duplex(1 << 16);
-        let mut transport = LineTransport::new(tokio::io::empty(), writer, 1000);
+        let mut transport = LineTransport::new(tokio::io::empty(), writer, 1000, WAIT);
         let ping = TxJsonRpcMessage::<RoleClient>::request(
             ClientRequest::PingRequest(PingRequest::default()),
             RequestId::Number(3),
