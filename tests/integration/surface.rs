@@ -1,0 +1,59 @@
+//! What the three tools say to a model that gets something wrong: failure summaries that show each call's
+//! arguments once, and the time limit.
+
+use serde_json::json;
+
+use crate::common::*;
+
+async fn ptc_with_mock(execution: &str) -> Ptc {
+    Ptc::start(&config(&[mock_server("mock", &[])], execution)).await
+}
+
+#[apply(integration_test!)]
+async fn failures_alike_share_one_summary_line_with_the_arguments_and_the_mark_caught() {
+    let ptc = ptc_with_mock("  max_tool_result_bytes: 1000\n").await;
+    let code = "for attempt in range(5):\n    try:\n        await mcp__mock__huge(size=5000)\n    except ToolError:\n        \
+                pass\nprint('done')";
+    let run = ptc.execute(code).await;
+    // Each failure had a line of its own, without the arguments and with the tool named twice: 800 bytes.
+    assert_eq!(
+        without_call_time(&run.expect_ok()),
+        "[Script executed successfully]\ndone\n[tool calls: 5, 5 failed; Ts]\n  \
+         failed: mcp__mock__huge {\"size\":5000} (5 calls, caught): returned 5012 bytes, more than \
+         max_tool_result_bytes (1000); ask it for less (filter, paginate or limit the query)"
+    );
+    // The structured content keeps every call, whole.
+    let calls = run.structured()["tool_calls"].as_array().unwrap().clone();
+    assert_eq!(calls.len(), 5);
+    let error = "'mcp__mock__huge' returned 5012 bytes, more than max_tool_result_bytes (1000); ask it for less \
+                 (filter, paginate or limit the query)";
+    for call in calls {
+        assert_eq!((&call["arguments"], &call["error"]), (&json!({"size": 5000}), &json!(error)));
+    }
+}
+
+#[apply(integration_test!)]
+async fn the_error_of_a_failure_the_program_did_not_catch_is_shown_once() {
+    let ptc = ptc_with_mock("").await;
+    let text = ptc.execute("print('start')\nawait mcp__mock__fail()").await.expect_error();
+    assert_eq!(
+        without_call_time(&text),
+        "[Script execution failed]\nTraceback (most recent call last):\n  File \"<program>\", line 2, in <module>\n    \
+         await mcp__mock__fail()\nToolError: 'mcp__mock__fail' returned an error: something broke\n\n\
+         --- output before the error ---\nstart\n[tool calls: 1, 1 failed; Ts]\n  failed: mcp__mock__fail: the error above"
+    );
+}
+
+#[apply(integration_test!)]
+async fn the_timeout_error_names_its_setting_and_suggests_printing_partial_results() {
+    let ptc = Ptc::start(&config(&[], "  timeout_seconds: 5\n")).await;
+    // The first run also waits for the sandbox's check and a runner's start: the limit is tested after it.
+    let _ = ptc.execute("print(1)").await;
+    let text = ptc.execute("print('found 3 so far')\nwhile True:\n    pass").await.expect_error();
+    assert_eq!(
+        text,
+        "[Script execution failed]\nTimeoutError: Execution exceeded 5s limit. The limit is \
+         execution.timeout_seconds in ptc-mcp's config; print partial results as the program goes: what it printed \
+         before the limit comes back\n\n--- output before the error ---\nfound 3 so far"
+    );
+}
