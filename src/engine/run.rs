@@ -25,7 +25,7 @@ use super::report::{Outcome, RunReport, timed_out};
 use super::trace::{Trace, budget_exhausted, shorten};
 use super::trim;
 use crate::config::ExecutionConfig;
-use crate::discovery::{InspectRequest, ListRequest};
+use crate::discovery::{InspectRequest, ListRequest, RequestError};
 use crate::lines::{Line, LineReader, ReadError};
 use crate::precheck;
 use crate::registry::{CallResult, Registry};
@@ -98,7 +98,7 @@ enum Breach {
 enum HelperError {
     /// Its arguments, as the MCP tool of the same name judges them.
     #[error("{0}")]
-    Arguments(String),
+    Arguments(RequestError),
     #[error("unknown helper '{0}'")]
     Unknown(String),
 }

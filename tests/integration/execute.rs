@@ -184,7 +184,8 @@ async fn helpers_work_inside_programs_with_or_without_await_and_are_not_counted(
     assert_eq!(
         text,
         "[Script executed successfully]\nTrue\n['sum']\n{'mock': {'connected': True, 'tools': 23, 'error': None}}\n\
-         [Tool not found] 'mcp__mock__nope' is not a callable tool; list_callable_tools gives the exact names"
+         [Tool not found] 'mcp__mock__nope' is not a callable tool; did you mean 'mcp__mock__env' or \
+         'mcp__mock__huge' or 'mcp__mock__hang'?"
     );
     assert_eq!(run.structured()["tool_calls"], json!([]));
 }

@@ -1,5 +1,5 @@
 //! What the three tools say to a model that gets something wrong: failure summaries that show each call's
-//! arguments once, and the time limit.
+//! arguments once, arguments a tool does not take, near-miss tool names, and the time limit.
 
 use serde_json::json;
 
@@ -41,6 +41,43 @@ async fn the_error_of_a_failure_the_program_did_not_catch_is_shown_once() {
         "[Script execution failed]\nTraceback (most recent call last):\n  File \"<program>\", line 2, in <module>\n    \
          await mcp__mock__fail()\nToolError: 'mcp__mock__fail' returned an error: something broke\n\n\
          --- output before the error ---\nstart\n[tool calls: 1, 1 failed; Ts]\n  failed: mcp__mock__fail: the error above"
+    );
+}
+
+#[apply(integration_test!)]
+async fn execute_program_refuses_an_argument_it_does_not_take_naming_those_it_does() {
+    let ptc = ptc_with_mock("").await;
+    let result = ptc.call("execute_program", json!({"code": "print('ran')", "timeout": 300})).await;
+    assert_eq!(result.is_error, Some(true));
+    assert_eq!(text_block(&result, 0), "execute_program got an unexpected argument 'timeout'; it takes code");
+    assert_eq!(result.structured_content, None, "the program ran");
+}
+
+#[apply(integration_test!)]
+async fn inspect_tool_suggests_the_names_a_near_miss_meant_as_a_programs_call_does() {
+    let ptc =
+        Ptc::start(&format!("{}tools:\n  block: [\"mcp__mock__env\"]\n", config(&[mock_server("mock", &[])], "")))
+            .await;
+    let inspected = ptc.call("inspect_tool", json!({"tool_name": "mcp__mock__ech"})).await;
+    assert_eq!(inspected.is_error, Some(true));
+    let suggestion = "did you mean 'mcp__mock__echo'?";
+    assert_eq!(
+        text_block(&inspected, 0),
+        format!("[Tool not found] 'mcp__mock__ech' is not a callable tool; {suggestion}")
+    );
+    // The program's call of the same name gets the same suggestion, from the runner's check.
+    let called = ptc.execute("await mcp__mock__ech()").await.expect_error();
+    assert!(called.contains(&format!("'mcp__mock__ech' is not a tool; {suggestion}")), "{called}");
+    let blocked = ptc.call("inspect_tool", json!({"tool_name": "mcp__mock__env"})).await;
+    assert_eq!(
+        text_block(&blocked, 0),
+        "[Tool not found] 'mcp__mock__env' is not callable: it is blocked by tools.block"
+    );
+    let far = ptc.call("inspect_tool", json!({"tool_name": "mcp__mock__nothing_like_it"})).await;
+    assert_eq!(
+        text_block(&far, 0),
+        "[Tool not found] 'mcp__mock__nothing_like_it' is not a callable tool; list_callable_tools gives the exact \
+         names"
     );
 }
 
