@@ -272,4 +272,50 @@ mod tests {
         );
         assert!(parse(json!({})).unwrap_err().to_string().starts_with("inspect_tool needs tool_name"));
     }
+
+    #[test]
+    fn an_unknown_name_suggests_near_ones_or_says_why_a_listed_tool_is_not_callable() {
+        use crate::config::ToolFilter;
+        use crate::registry::ToolEntry;
+        use std::sync::Arc;
+        let tool = |name: &str| {
+            let tool = json!({"name": name, "description": "", "inputSchema": {"type": "object"}});
+            Arc::new(ToolEntry::new("fs", serde_json::from_value(tool).unwrap()))
+        };
+        let block = globset::GlobSetBuilder::new().add(globset::Glob::new("*write*").unwrap()).build().unwrap();
+        let catalog =
+            Catalog::build(["read_file", "read_text_file", "write_file"].map(tool), &ToolFilter::Block(block));
+        let not_found = |name: &str| {
+            let request = InspectRequest { tool_name: name.to_string(), python: false };
+            request.inspect(&catalog).unwrap_err().to_string()
+        };
+        assert_eq!(
+            not_found("mcp__fs__read_fil"),
+            "[Tool not found] 'mcp__fs__read_fil' is not a callable tool; did you mean 'mcp__fs__read_file' or \
+             'mcp__fs__read_text_file'?"
+        );
+        assert_eq!(
+            not_found("mcp__fs__write_file"),
+            "[Tool not found] 'mcp__fs__write_file' is not callable: it is blocked by tools.block"
+        );
+        assert_eq!(
+            not_found("mcp__git__log"),
+            "[Tool not found] 'mcp__git__log' is not a callable tool; list_callable_tools gives the exact names"
+        );
+    }
+
+    #[test]
+    fn no_servers_names_the_file_or_where_one_was_looked_for() {
+        let file = ConfigSource::File("/etc/ptc/config.yaml".into());
+        assert_eq!(no_servers(&file), "no servers configured in /etc/ptc/config.yaml");
+        let looked_at = std::env::current_dir().unwrap().join("config.yaml");
+        assert_eq!(
+            no_servers(&ConfigSource::Defaults),
+            format!(
+                "no servers configured (no config file found at {}; name one with --config PATH or \
+                 $PTC_MCP_CONFIG)",
+                looked_at.display()
+            )
+        );
+    }
 }

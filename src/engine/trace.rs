@@ -39,7 +39,7 @@ pub struct CallRecord {
     pub tool: String,
     pub arguments: Value,
     /// The arguments in one short line (see [`preview`]), for the summary: shown whatever their size.
-    pub preview: String,
+    preview: String,
     pub status: CallStatus,
     pub error: Option<String>,
     /// The size of the result handed to the program (as JSON); 0 unless the call succeeded.
