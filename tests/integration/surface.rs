@@ -94,3 +94,27 @@ async fn the_timeout_error_names_its_setting_and_suggests_printing_partial_resul
          before the limit comes back\n\n--- output before the error ---\nfound 3 so far"
     );
 }
+
+/// The case seen with the real server-filesystem: a folder read as a file, five times, each failure caught.
+#[apply(integration_test!)]
+async fn five_reads_of_a_folder_in_server_filesystem_make_one_line_that_shows_the_path() {
+    let Some(server) = required_path("third-party-servers", "PTC_TEST_FILESYSTEM_SERVER") else {
+        return;
+    };
+    let files = tempfile::tempdir().unwrap();
+    let folder = files.path().canonicalize().unwrap().join("reports");
+    std::fs::create_dir(&folder).unwrap();
+    let root = json!(folder.parent().unwrap().display().to_string());
+    let entry = format!("  - name: files\n    command: node\n    args: [{}, {root}]\n", json!(server));
+    let ptc = Ptc::start(&config(&[entry], "")).await;
+    let read = "mcp__files__read_text_file";
+    ptc.wait_for_tools(std::time::Duration::from_secs(60), |names| names.iter().any(|n| n == read)).await;
+    let path = json!(folder.display().to_string());
+    let code =
+        format!("for _ in range(5):\n    try:\n        await {read}(path={path})\n    except ToolError:\n        pass");
+    let text = ptc.execute(&code).await.expect_ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let line = format!("  failed: {read} {{\"path\":{path}}} (5 calls, caught): returned an error: EISDIR");
+    assert!(lines[3].starts_with(&line), "{text}");
+}
