@@ -30,7 +30,7 @@ pub struct PtcServer {
     tools: Vec<Tool>,
     /// Runs of 2026-07-28 clients waiting for an approval between requests.
     parked: Arc<Parked>,
-    /// Where the config came from, for a listing with no server configured.
+    /// Where the config came from, for a listing without a config file.
     source: Arc<ConfigSource>,
 }
 
@@ -58,7 +58,8 @@ impl PtcServer {
             Listing::Signatures(text) => text,
         };
         let mut content = vec![ContentBlock::text(listing)];
-        if self.registry.statuses().is_empty() {
+        // An empty listing says why when no config file was found (a config without servers is a choice).
+        if *self.source == ConfigSource::Defaults && self.registry.statuses().is_empty() {
             content.push(ContentBlock::text(no_servers(&self.source)));
         }
         let mut problems = self.registry.unavailable();

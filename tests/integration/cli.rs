@@ -74,6 +74,9 @@ async fn without_any_config_file_the_server_starts_with_no_tools_and_says_where_
             looked_at.display()
         )
     );
+    // A config file without servers is a choice: the listing is the seed's alone.
+    let empty = Ptc::start(&config(&[], "")).await;
+    assert_eq!(empty.list_callable_tools().await, (Vec::new(), None));
 }
 
 #[apply(integration_test!)]
