@@ -4,12 +4,30 @@
 
 use serde_json::{Map, Value};
 
+use crate::config::{CONFIG_ENV, ConfigSource, DEFAULT_CONFIG_FILE};
 use crate::registry::Catalog;
+use crate::suggest::closest_tools;
 
 pub const LIST_ARGUMENTS: &[&str] = &["query", "detail", "limit"];
 pub const INSPECT_ARGUMENTS: &[&str] = &["tool_name", "format"];
+pub const EXECUTE_ARGUMENTS: &[&str] = &["code"];
 /// Names longer than this are no tool's and are cut in messages (a program can send any length).
 const MAX_NAME_SHOWN: usize = 1024;
+
+/// Why a request to one of the three tools cannot be answered: the words the caller gets (the MCP tool's
+/// error, or a program's `ToolError`).
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    #[error("{tool} got an unexpected argument '{name}'; it takes {}", takes.join(", "))]
+    Unexpected { tool: &'static str, name: String, takes: &'static [&'static str] },
+    #[error("{tool} needs {argument}: {what}")]
+    Missing { tool: &'static str, argument: &'static str, what: &'static str },
+    #[error("{tool}: {argument} must be {expected}, got {got}")]
+    Invalid { tool: &'static str, argument: &'static str, expected: &'static str, got: Value },
+    /// The original ptc-mcp's `[Tool not found]`, with why or what was meant where that is known.
+    #[error("[Tool not found] '{name}' {why}")]
+    NotFound { name: String, why: String },
+}
 
 /// `list_callable_tools(query=None, detail="names", limit=None)`.
 #[derive(Debug, Default, PartialEq)]
@@ -30,28 +48,31 @@ pub enum Listing {
 
 impl ListRequest {
     /// Reads the arguments; `Err` says what is wrong and what is expected.
-    pub fn parse(arguments: &Map<String, Value>) -> Result<ListRequest, String> {
-        check_names("list_callable_tools", arguments, LIST_ARGUMENTS)?;
+    pub fn parse(arguments: &Map<String, Value>) -> Result<ListRequest, RequestError> {
+        const TOOL: &str = "list_callable_tools";
+        check_names(TOOL, arguments, LIST_ARGUMENTS)?;
+        let invalid = |argument, expected, got: &Value| RequestError::Invalid {
+            tool: TOOL,
+            argument,
+            expected,
+            got: got.clone(),
+        };
         let query = match arguments.get("query") {
             None | Some(Value::Null) => None,
             Some(Value::String(query)) if query.trim().is_empty() => None,
             Some(Value::String(query)) => Some(query.clone()),
-            Some(other) => return Err(format!("list_callable_tools: query must be a string, got {other}")),
+            Some(other) => return Err(invalid("query", "a string", other)),
         };
         let signatures = match arguments.get("detail") {
             None | Some(Value::Null) => false,
             Some(Value::String(detail)) if detail == "names" => false,
             Some(Value::String(detail)) if detail == "signatures" => true,
-            Some(other) => {
-                return Err(format!("list_callable_tools: detail must be \"names\" or \"signatures\", got {other}"));
-            }
+            Some(other) => return Err(invalid("detail", "\"names\" or \"signatures\"", other)),
         };
         let limit = match arguments.get("limit") {
             None | Some(Value::Null) => None,
             Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => n.as_u64().map(saturating_usize),
-            Some(other) => {
-                return Err(format!("list_callable_tools: limit must be an integer of at least 1, got {other}"));
-            }
+            Some(other) => return Err(invalid("limit", "an integer of at least 1", other)),
         };
         Ok(ListRequest { query, signatures, limit })
     }
@@ -99,34 +120,45 @@ pub struct InspectRequest {
 /// What `inspect_tool` shows.
 #[derive(Debug, PartialEq)]
 pub enum Inspection {
-    /// The seed's `{name, description, inputSchema, outputSchema, note?}` (plus title and annotations).
+    /// The original ptc-mcp's `{name, description, inputSchema, outputSchema, note?}` (plus title and annotations).
     Json(Value),
     /// The tool's Python signature.
     Python(String),
 }
 
 impl InspectRequest {
-    pub fn parse(arguments: &Map<String, Value>) -> Result<InspectRequest, String> {
-        check_names("inspect_tool", arguments, INSPECT_ARGUMENTS)?;
+    pub fn parse(arguments: &Map<String, Value>) -> Result<InspectRequest, RequestError> {
+        const TOOL: &str = "inspect_tool";
+        check_names(TOOL, arguments, INSPECT_ARGUMENTS)?;
         let Some(Value::String(tool_name)) = arguments.get("tool_name") else {
-            return Err("inspect_tool needs tool_name: one of the names list_callable_tools returns".to_string());
+            let what = "one of the names list_callable_tools returns";
+            return Err(RequestError::Missing { tool: TOOL, argument: "tool_name", what });
         };
         let python = match arguments.get("format") {
             None | Some(Value::Null) => false,
             Some(Value::String(format)) if format == "json" => false,
             Some(Value::String(format)) if format == "python" => true,
-            Some(other) => return Err(format!("inspect_tool: format must be \"json\" or \"python\", got {other}")),
+            Some(other) => {
+                let expected = "\"json\" or \"python\"";
+                return Err(RequestError::Invalid { tool: TOOL, argument: "format", expected, got: other.clone() });
+            }
         };
         Ok(InspectRequest { tool_name: tool_name.clone(), python })
     }
 
-    /// The tool's description; `Err` is the original's `[Tool not found]` message.
-    pub fn inspect(&self, catalog: &Catalog) -> Result<Inspection, String> {
+    /// The tool's description; `Err` is the original's `[Tool not found]`, saying why the tool is not
+    /// callable (the filter, a collision) or which tools the name most likely meant, as a program's call of it
+    /// would.
+    pub fn inspect(&self, catalog: &Catalog) -> Result<Inspection, RequestError> {
         let Some(entry) = catalog.tools.get(&self.tool_name) else {
-            return Err(format!(
-                "[Tool not found] '{}' is not a callable tool; list_callable_tools gives the exact names",
-                shown(&self.tool_name)
-            ));
+            let why = match catalog.refused.get(&self.tool_name) {
+                Some(why) => format!("is not callable: {why}"),
+                None => match closest_tools(&self.tool_name, catalog.tools.keys().map(String::as_str)).as_slice() {
+                    [] => "is not a callable tool; list_callable_tools gives the exact names".to_string(),
+                    close => format!("is not a callable tool; did you mean '{}'?", close.join("' or '")),
+                },
+            };
+            return Err(RequestError::NotFound { name: shown(&self.tool_name), why });
         };
         Ok(if self.python {
             Inspection::Python(entry.signature().render())
@@ -147,12 +179,31 @@ impl Inspection {
 }
 
 /// Rejects arguments the tool does not take, naming those it does.
-fn check_names(tool: &str, arguments: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
-    match arguments.keys().find(|key| !known.contains(&key.as_str())) {
-        Some(unknown) => {
-            Err(format!("{tool} got an unexpected argument '{}'; it takes {}", shown(unknown), known.join(", ")))
-        }
+pub fn check_names(
+    tool: &'static str,
+    arguments: &Map<String, Value>,
+    takes: &'static [&'static str],
+) -> Result<(), RequestError> {
+    match arguments.keys().find(|key| !takes.contains(&key.as_str())) {
+        Some(unknown) => Err(RequestError::Unexpected { tool, name: shown(unknown), takes }),
         None => Ok(()),
+    }
+}
+
+/// Why `list_callable_tools` lists nothing when no server is configured: where the config was looked for.
+pub fn no_servers(source: &ConfigSource) -> String {
+    match source {
+        ConfigSource::File(path) => format!("no servers configured in {}", path.display()),
+        ConfigSource::Defaults => {
+            let looked_at = std::env::current_dir().map_or_else(
+                |_| format!("./{DEFAULT_CONFIG_FILE}"),
+                |dir| dir.join(DEFAULT_CONFIG_FILE).display().to_string(),
+            );
+            format!(
+                "no servers configured (no config file found at {looked_at}; name one with --config PATH or \
+                 ${CONFIG_ENV})"
+            )
+        }
     }
 }
 
@@ -174,7 +225,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn list(arguments: Value) -> Result<ListRequest, String> {
+    fn list(arguments: Value) -> Result<ListRequest, RequestError> {
         ListRequest::parse(arguments.as_object().unwrap())
     }
 
@@ -204,7 +255,7 @@ mod tests {
             ),
         ];
         for (arguments, error) in errors {
-            assert_eq!(list(arguments), Err(error.to_string()));
+            assert_eq!(list(arguments).map_err(|e| e.to_string()), Err(error.to_string()));
         }
     }
 
@@ -217,9 +268,55 @@ mod tests {
             Ok(InspectRequest { tool_name: "t".into(), python: true })
         );
         assert_eq!(
-            parse(json!({"tool_name": "t", "format": "yaml"})),
-            Err("inspect_tool: format must be \"json\" or \"python\", got \"yaml\"".to_string())
+            parse(json!({"tool_name": "t", "format": "yaml"})).unwrap_err().to_string(),
+            "inspect_tool: format must be \"json\" or \"python\", got \"yaml\""
         );
-        assert!(parse(json!({})).unwrap_err().starts_with("inspect_tool needs tool_name"));
+        assert!(parse(json!({})).unwrap_err().to_string().starts_with("inspect_tool needs tool_name"));
+    }
+
+    #[test]
+    fn an_unknown_name_suggests_near_ones_or_says_why_a_listed_tool_is_not_callable() {
+        use crate::config::ToolFilter;
+        use crate::registry::ToolEntry;
+        use std::sync::Arc;
+        let tool = |name: &str| {
+            let tool = json!({"name": name, "description": "", "inputSchema": {"type": "object"}});
+            Arc::new(ToolEntry::new("fs", serde_json::from_value(tool).unwrap()))
+        };
+        let block = globset::GlobSetBuilder::new().add(globset::Glob::new("*write*").unwrap()).build().unwrap();
+        let catalog =
+            Catalog::build(["read_file", "read_text_file", "write_file"].map(tool), &ToolFilter::Block(block));
+        let not_found = |name: &str| {
+            let request = InspectRequest { tool_name: name.to_string(), python: false };
+            request.inspect(&catalog).unwrap_err().to_string()
+        };
+        assert_eq!(
+            not_found("mcp__fs__read_fil"),
+            "[Tool not found] 'mcp__fs__read_fil' is not a callable tool; did you mean 'mcp__fs__read_file' or \
+             'mcp__fs__read_text_file'?"
+        );
+        assert_eq!(
+            not_found("mcp__fs__write_file"),
+            "[Tool not found] 'mcp__fs__write_file' is not callable: it is blocked by tools.block"
+        );
+        assert_eq!(
+            not_found("mcp__git__log"),
+            "[Tool not found] 'mcp__git__log' is not a callable tool; list_callable_tools gives the exact names"
+        );
+    }
+
+    #[test]
+    fn no_servers_names_the_file_or_where_one_was_looked_for() {
+        let file = ConfigSource::File("/etc/ptc/config.yaml".into());
+        assert_eq!(no_servers(&file), "no servers configured in /etc/ptc/config.yaml");
+        let looked_at = std::env::current_dir().unwrap().join("config.yaml");
+        assert_eq!(
+            no_servers(&ConfigSource::Defaults),
+            format!(
+                "no servers configured (no config file found at {}; name one with --config PATH or \
+                 $PTC_MCP_CONFIG)",
+                looked_at.display()
+            )
+        );
     }
 }

@@ -20,3 +20,4 @@ pub mod serve;
 pub mod server;
 pub mod signatures;
 pub mod stop;
+pub mod suggest;

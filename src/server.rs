@@ -11,8 +11,10 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 
-use crate::config::{ExecutionConfig, TraceMode};
-use crate::discovery::{InspectRequest, Inspection, ListRequest, Listing};
+use crate::config::{ConfigSource, ExecutionConfig, TraceMode};
+use crate::discovery::{
+    EXECUTE_ARGUMENTS, InspectRequest, Inspection, ListRequest, Listing, RequestError, check_names, no_servers,
+};
 use crate::engine::{Caller, Engine, RunReport};
 use crate::input_required::{self, Parked, Resume};
 use crate::progress::Reporter;
@@ -28,12 +30,14 @@ pub struct PtcServer {
     tools: Vec<Tool>,
     /// Runs of 2026-07-28 clients waiting for an approval between requests.
     parked: Arc<Parked>,
+    /// Where the config came from, for a listing without a config file.
+    source: Arc<ConfigSource>,
 }
 
 impl PtcServer {
-    pub fn new(registry: Arc<Registry>, engine: Arc<Engine>) -> Self {
+    pub fn new(registry: Arc<Registry>, engine: Arc<Engine>, source: Arc<ConfigSource>) -> Self {
         let tools = tool_definitions(engine.settings());
-        PtcServer { registry, engine, tools, parked: Arc::default() }
+        PtcServer { registry, engine, tools, parked: Arc::default(), source }
     }
 
     /// Shares `parked` with other instances (over HTTP, each session and each stateless request has its own).
@@ -45,7 +49,7 @@ impl PtcServer {
     async fn list_callable_tools(&self, arguments: &JsonObject) -> CallToolResult {
         let request = match ListRequest::parse(arguments) {
             Ok(request) => request,
-            Err(error) => return CallToolResult::error(vec![ContentBlock::text(error)]),
+            Err(error) => return refused(&error),
         };
         self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT).await;
         let catalog = self.registry.catalog();
@@ -54,6 +58,10 @@ impl PtcServer {
             Listing::Signatures(text) => text,
         };
         let mut content = vec![ContentBlock::text(listing)];
+        // An empty listing says why when no config file was found (a config without servers is a choice).
+        if *self.source == ConfigSource::Defaults && self.registry.statuses().is_empty() {
+            content.push(ContentBlock::text(no_servers(&self.source)));
+        }
         let mut problems = self.registry.unavailable();
         problems.extend(catalog.collisions.iter().cloned());
         if !problems.is_empty() {
@@ -68,7 +76,7 @@ impl PtcServer {
     async fn inspect_tool(&self, arguments: &JsonObject) -> CallToolResult {
         let request = match InspectRequest::parse(arguments) {
             Ok(request) => request,
-            Err(error) => return CallToolResult::error(vec![ContentBlock::text(error)]),
+            Err(error) => return refused(&error),
         };
         self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT).await;
         match request.inspect(&self.registry.catalog()) {
@@ -76,7 +84,7 @@ impl PtcServer {
                 serde_json::to_string_pretty(&inspection).expect("inspections serialise"),
             )]),
             Ok(Inspection::Python(signature)) => CallToolResult::success(vec![ContentBlock::text(signature)]),
-            Err(not_found) => CallToolResult::error(vec![ContentBlock::text(not_found)]),
+            Err(not_found) => refused(&not_found),
         }
     }
 
@@ -85,11 +93,13 @@ impl PtcServer {
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
-        let Some(Value::String(code)) = request.arguments.as_ref().and_then(|arguments| arguments.get("code")) else {
-            return CallToolResult::error(vec![ContentBlock::text(
-                "execute_program needs code: the Python program to run, as a string",
-            )])
-            .into();
+        let arguments = request.arguments.as_ref();
+        if let Err(unexpected) = arguments.map_or(Ok(()), |a| check_names(EXECUTE_TOOL, a, EXECUTE_ARGUMENTS)) {
+            return refused(&unexpected).into();
+        }
+        let Some(Value::String(code)) = arguments.and_then(|arguments| arguments.get("code")) else {
+            let what = "the Python program to run, as a string";
+            return refused(&RequestError::Missing { tool: EXECUTE_TOOL, argument: "code", what }).into();
         };
         let trace = self.engine.settings().trace;
         if input_required::applies(context, &self.engine) {
@@ -114,6 +124,11 @@ impl PtcServer {
         }
         execute_result(&report, trace).into()
     }
+}
+
+/// A tool's answer to a request it cannot serve.
+fn refused(why: &RequestError) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(why.to_string())])
 }
 
 /// The `execute_program` result: the text, and the structured content.
@@ -281,6 +296,7 @@ the working directory is a scratch directory deleted afterwards.",
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::discovery::{INSPECT_ARGUMENTS, LIST_ARGUMENTS};
 
     /// The definitions are in the client's context on every turn: they must stay small.
     #[test]
@@ -290,6 +306,17 @@ mod tests {
         assert!(size < 3000, "the tools/list entries take {size} bytes");
         let without_precheck = tool_definitions(&ExecutionConfig { precheck: false, ..ExecutionConfig::default() });
         assert!(serde_json::to_vec(&without_precheck).unwrap().len() < size);
+    }
+
+    /// Each tool takes exactly the arguments its schema names (and refuses others, naming those).
+    #[test]
+    fn every_input_schema_names_the_arguments_the_tool_takes() {
+        let takes = [LIST_ARGUMENTS, INSPECT_ARGUMENTS, EXECUTE_ARGUMENTS];
+        for (tool, takes) in tool_definitions(&ExecutionConfig::default()).iter().zip(takes) {
+            let schema = &tool.input_schema;
+            let properties: Vec<&str> = schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(properties, takes, "{}", tool.name);
+        }
     }
 
     #[test]

@@ -3,14 +3,17 @@
 use std::time::Duration;
 
 use crate::config::{Config, ConfigSource};
+use crate::discovery::no_servers;
 use crate::registry::ServerStatus;
 
 use super::{FAILURE, INTERRUPTED, SUCCESS, print_out, with_app};
 
 /// Prints the config, the sandbox and one row per server (status, tools, time to connect, error); exit
-/// status 0 only when the sandbox can run programs and every server connected without tool collisions.
+/// status 0 only when a config file was found, the sandbox can run programs and every server connected
+/// without tool collisions.
 pub async fn check(config: &Config, source: &ConfigSource) -> u8 {
-    print_out(&format!("config   {}: valid\n", source.describe()));
+    let found = matches!(source, ConfigSource::File(_));
+    print_out(&format!("config   {}{}\n", source.describe(), if found { ": valid" } else { "" }));
     with_app(config, async |app, stop| {
         let probed = async {
             let availability = app.engine.availability().await;
@@ -33,13 +36,13 @@ pub async fn check(config: &Config, source: &ConfigSource) -> u8 {
             })
             .collect();
         let collisions = app.registry.catalog().collisions.clone();
-        let mut report = table(&rows);
+        let mut report = if rows.is_empty() { format!("servers  {}\n", no_servers(source)) } else { table(&rows) };
         for collision in &collisions {
             report.push_str(&format!("collision: {collision}\n"));
         }
         print_out(&report);
         let all_connected = rows.iter().all(|row| row.status == "connected");
-        if availability.is_usable() && all_connected && collisions.is_empty() { SUCCESS } else { FAILURE }
+        if found && availability.is_usable() && all_connected && collisions.is_empty() { SUCCESS } else { FAILURE }
     })
     .await
 }
@@ -71,9 +74,6 @@ impl Row {
 }
 
 fn table(rows: &[Row]) -> String {
-    if rows.is_empty() {
-        return "servers  none configured\n".to_string();
-    }
     let width = |header: &str, cell: &dyn Fn(&Row) -> usize| rows.iter().map(cell).max().unwrap_or(0).max(header.len());
     let name_w = width("server", &|r| r.name.chars().count());
     let status_w = width("status", &|r| r.status.len());
@@ -108,6 +108,5 @@ mod tests {
              financial-data  connected        3  0.4s\n\
              db              unavailable      0  2.0s  exited with status 1: boom\n"
         );
-        assert_eq!(table(&[]), "servers  none configured\n");
     }
 }

@@ -7,6 +7,7 @@ mod expiry;
 mod gate;
 mod output;
 mod pool;
+mod preview;
 mod record;
 mod report;
 mod run;
@@ -204,10 +205,7 @@ impl Engine {
         match expired {
             Expired::Timeout => RunReport::failed(
                 Outcome::Timeout,
-                format!(
-                    "TimeoutError: Execution exceeded {}s limit before the program started: {phase}",
-                    self.settings.timeout_seconds
-                ),
+                report::timed_out_before_start(self.settings.timeout_seconds, phase),
             ),
             Expired::Cancelled => RunReport::failed(
                 Outcome::Cancelled,
@@ -251,7 +249,10 @@ mod tests {
             let report = execute(&engine, Caller::default()).await;
             assert_eq!(started.elapsed(), Duration::from_secs(5));
             assert_eq!(report.outcome, Outcome::Timeout);
-            let error = format!("TimeoutError: Execution exceeded 5s limit before the program started: {waited_for}");
+            let error = format!(
+                "TimeoutError: Execution exceeded 5s limit before the program started: {waited_for}. The limit is \
+                 execution.timeout_seconds in ptc-mcp's config"
+            );
             assert_eq!(report.error, Some(error));
         }
     }

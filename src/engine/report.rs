@@ -36,6 +36,23 @@ impl Outcome {
     }
 }
 
+/// What follows every `TimeoutError`: where the limit is set.
+const TIMEOUT_KEY: &str = "The limit is execution.timeout_seconds in ptc-mcp's config";
+
+/// The error of a run stopped at its time limit of `limit` seconds (`cancelled` says which calls were still
+/// running): the original's words, then where the limit is set and how to keep what a long run found.
+pub fn timed_out(limit: f64, cancelled: &str) -> String {
+    format!(
+        "TimeoutError: Execution exceeded {limit}s limit{cancelled}. {TIMEOUT_KEY}; print partial results as the \
+         program goes: what it printed before the limit comes back"
+    )
+}
+
+/// The error of a run whose time limit came while its sandbox was still being prepared (`phase`).
+pub fn timed_out_before_start(limit: f64, phase: impl std::fmt::Display) -> String {
+    format!("TimeoutError: Execution exceeded {limit}s limit before the program started: {phase}. {TIMEOUT_KEY}")
+}
+
 /// The outcome of one `execute_program`.
 #[derive(Debug, Default)]
 pub struct RunReport {
@@ -92,7 +109,7 @@ impl RunReport {
             }
         };
         if trace_mode == TraceMode::Summary
-            && let Some(summary) = self.trace.summary()
+            && let Some(summary) = self.trace.summary(self.error.as_deref(), &self.output)
         {
             text.push('\n');
             text.push_str(&summary);
@@ -157,7 +174,20 @@ mod tests {
         report.trace.finish(call, Err("boom"), std::time::Instant::now());
         let text = report.text(TraceMode::Summary);
         assert!(text.starts_with("[Script executed successfully]\n(no output)\n[tool calls: 1, 1 failed; "), "{text}");
-        assert!(text.ends_with("\n  failed: mcp__s__t: boom"), "{text}");
+        assert!(text.ends_with("\n  failed: mcp__s__t (caught): boom"), "{text}");
         assert_eq!(report.text(TraceMode::Off), "[Script executed successfully]\n(no output)");
+    }
+
+    #[test]
+    fn the_error_a_failed_call_raised_is_shown_once() {
+        let error = "'mcp__s__t' returned an error: boom";
+        let mut report =
+            RunReport::failed(Outcome::Error, format!("Traceback (most recent call last):\nToolError: {error}"));
+        let call = report.trace.start("mcp__s__t", &Map::new(), 2);
+        report.trace.finish(call, Err(error), std::time::Instant::now());
+        let text = report.text(TraceMode::Summary);
+        assert_eq!(text.matches("boom").count(), 1, "{text}");
+        assert!(text.ends_with("\n  failed: mcp__s__t: the error above"), "{text}");
+        assert_eq!(report.structured()["tool_calls"][0]["error"], json!(error));
     }
 }

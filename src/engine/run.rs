@@ -21,11 +21,11 @@ use super::attachments::Attachments;
 use super::expiry::{Expired, Expiry};
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
-use super::report::{Outcome, RunReport};
+use super::report::{Outcome, RunReport, timed_out};
 use super::trace::{Trace, budget_exhausted, shorten};
 use super::trim;
 use crate::config::ExecutionConfig;
-use crate::discovery::{InspectRequest, ListRequest};
+use crate::discovery::{InspectRequest, ListRequest, RequestError};
 use crate::lines::{Line, LineReader, ReadError};
 use crate::precheck;
 use crate::registry::{CallResult, Registry};
@@ -98,7 +98,7 @@ enum Breach {
 enum HelperError {
     /// Its arguments, as the MCP tool of the same name judges them.
     #[error("{0}")]
-    Arguments(String),
+    Arguments(RequestError),
     #[error("unknown helper '{0}'")]
     Unknown(String),
 }
@@ -423,9 +423,7 @@ impl<'a> RunState<'a> {
             Ending::Done(Some(error)) if error.message.trim().is_empty() => Some(shorten(&error.kind, MAX_ERROR_KIND)),
             // Half the budget at most, so that what the program printed before it keeps the other half.
             Ending::Done(Some(error)) => Some(clip(&error.message, budget / 2, budget, Marker::Error)),
-            Ending::Timeout => {
-                Some(format!("TimeoutError: Execution exceeded {}s limit{in_flight}", settings.timeout_seconds))
-            }
+            Ending::Timeout => Some(timed_out(settings.timeout_seconds, &in_flight)),
             Ending::Cancelled => Some(format!("ExecutionError: the client cancelled the run{in_flight}")),
             Ending::Stopped => {
                 Some(format!("ExecutionError: the server is shutting down; the run was stopped{in_flight}"))

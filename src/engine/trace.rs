@@ -2,10 +2,13 @@
 //! took. It is built from what the server did, never from what the runner claims, and its size is bounded
 //! whatever the program does: calls past the budget are counted, not stored, and long texts are shortened.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
+
+use super::preview::preview;
 
 /// Arguments larger than this (as JSON) are shown as a size only, to keep results small.
 const MAX_SHOWN_ARGUMENTS: usize = 1024;
@@ -19,10 +22,10 @@ const MAX_SUMMARY_ERROR: usize = 300;
 const MAX_SUMMARY_TOOL: usize = 120;
 /// JSON bytes of calls the structured result lists; calls past it are counted instead.
 pub const LISTED_CALLS_BUDGET: usize = 32 * 1024;
-/// How many failures the summary spells out.
+/// How many lines of failures the summary spells out.
 const MAX_LISTED_FAILURES: usize = 5;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CallStatus {
     InFlight,
     Ok,
@@ -35,6 +38,8 @@ pub enum CallStatus {
 pub struct CallRecord {
     pub tool: String,
     pub arguments: Value,
+    /// The arguments in one short line (see [`preview`]), for the summary: shown whatever their size.
+    preview: String,
     pub status: CallStatus,
     pub error: Option<String>,
     /// The size of the result handed to the program (as JSON); 0 unless the call succeeded.
@@ -81,10 +86,11 @@ impl Trace {
     /// Records a call that starts now, with arguments of `size` bytes as JSON; returns its index for
     /// [`Trace::finish`].
     pub fn start(&mut self, tool: &str, arguments: &Map<String, Value>, size: usize) -> usize {
-        let arguments = self.shown_arguments(arguments, size);
+        let shown = self.shown_arguments(arguments, size);
         self.calls.push(CallRecord {
             tool: tool.to_string(),
-            arguments,
+            arguments: shown,
+            preview: preview(arguments),
             status: CallStatus::InFlight,
             error: None,
             result_bytes: 0,
@@ -173,32 +179,31 @@ impl Trace {
         (Value::Array(listed), not_listed)
     }
 
-    /// The seed's summary: `[tool calls: N, F failed; X.Xs]`, then up to five failures (cancelled calls
-    /// included), how many more there were, and one line for the calls refused for the budget. `None` when
-    /// no call was made. The time is the wall-clock time during which at least one call was in flight.
-    pub fn summary(&self) -> Option<String> {
+    /// The original ptc-mcp's summary: `[tool calls: N, F failed; X.Xs]`, then up to five lines of failures (cancelled
+    /// calls included), how many more failures there were, and one line for the calls refused for the budget.
+    /// `None` when no call was made. The time is the wall-clock time during which at least one call was in
+    /// flight.
+    ///
+    /// Each line shows the call's arguments (cut short) and its error without the tool's name again; failures
+    /// alike (the same tool and error) share one line with their count and the first one's arguments. A
+    /// failure whose error `program_error` (the run's error, shown above the summary) holds is the one the
+    /// program did not catch; the others it caught, and the line says so. An error shown above, in the run's
+    /// error or in the `output` the program printed, is not repeated.
+    pub fn summary(&self, program_error: Option<&str>, output: &str) -> Option<String> {
         if self.count() == 0 {
             return None;
         }
-        let failures: Vec<&CallRecord> = self.failures().collect();
         let failed_count = self.failed_count();
         let failed = if failed_count == 0 { String::new() } else { format!(", {failed_count} failed") };
         let mut out = format!("[tool calls: {}{failed}; {:.1}s]", self.count(), self.busy_time().as_secs_f64());
-        for call in failures.iter().take(MAX_LISTED_FAILURES) {
-            match call.status {
-                CallStatus::Cancelled => out.push_str(&format!(
-                    "\n  cancelled: {} (still running when the run ended)",
-                    shorten(&call.tool, MAX_SUMMARY_TOOL)
-                )),
-                _ => out.push_str(&format!(
-                    "\n  failed: {}: {}",
-                    shorten(&call.tool, MAX_SUMMARY_TOOL),
-                    shorten(call.error.as_deref().unwrap_or("unknown error"), MAX_SUMMARY_ERROR)
-                )),
-            }
+        let groups = FailureGroup::gather(self.failures());
+        for group in groups.iter().take(MAX_LISTED_FAILURES) {
+            out.push_str("\n  ");
+            out.push_str(&group.line(program_error, output));
         }
-        if failures.len() > MAX_LISTED_FAILURES {
-            out.push_str(&format!("\n  ... {} more failures", failures.len() - MAX_LISTED_FAILURES));
+        let unlisted: usize = groups.iter().skip(MAX_LISTED_FAILURES).map(|group| group.count).sum();
+        if unlisted > 0 {
+            out.push_str(&format!("\n  ... {unlisted} more failures"));
         }
         if self.over_budget > 0 {
             let calls = if self.over_budget == 1 { "call" } else { "calls" };
@@ -240,6 +245,83 @@ impl Trace {
     }
 }
 
+/// Failed (or cancelled) calls of one tool that ended alike, as one line of the summary.
+struct FailureGroup<'a> {
+    /// The first of them.
+    first: &'a CallRecord,
+    count: usize,
+}
+
+impl<'a> FailureGroup<'a> {
+    /// The failures grouped by tool, status and error, in the order of each group's first.
+    fn gather(failures: impl Iterator<Item = &'a CallRecord>) -> Vec<FailureGroup<'a>> {
+        let mut groups: Vec<FailureGroup<'a>> = Vec::new();
+        let mut by_kind: HashMap<(&str, CallStatus, Option<&str>), usize> = HashMap::new();
+        for call in failures {
+            let kind = (call.tool.as_str(), call.status, call.error.as_deref());
+            match by_kind.get(&kind) {
+                Some(&group) => groups[group].count += 1,
+                None => {
+                    by_kind.insert(kind, groups.len());
+                    groups.push(FailureGroup { first: call, count: 1 });
+                }
+            }
+        }
+        groups
+    }
+
+    /// `failed: <tool> <arguments> (<count>, caught): <error>`, or `cancelled: …`; an error shown above (in
+    /// `program_error` or `output`) is not repeated.
+    fn line(&self, program_error: Option<&str>, output: &str) -> String {
+        let call = self.first;
+        let mut what = shorten(&call.tool, MAX_SUMMARY_TOOL);
+        if call.preview != "{}" {
+            what = format!("{what} {}", call.preview);
+        }
+        let mut notes: Vec<&str> = Vec::new();
+        let count = format!("{} calls", self.count);
+        if self.count > 1 {
+            notes.push(&count);
+        }
+        let error = call.error.as_deref().unwrap_or("unknown error");
+        let (status, error) = if call.status == CallStatus::Cancelled {
+            notes.push("still running when the run ended");
+            ("cancelled", None)
+        } else if program_error.is_some_and(|shown| holds(shown, error)) {
+            ("failed", Some("the error above".to_string()))
+        } else {
+            notes.push("caught");
+            let error = if holds(output, error) {
+                "printed above".to_string()
+            } else {
+                shorten(without_tool_name(error, &call.tool), MAX_SUMMARY_ERROR)
+            };
+            ("failed", Some(error))
+        };
+        let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
+        match error {
+            Some(error) => format!("{status}: {what}{notes}: {error}"),
+            None => format!("{status}: {what}{notes}"),
+        }
+    }
+}
+
+/// Whether `shown` holds the whole of `error` (which the trace may have shortened, ending it with `...`).
+fn holds(shown: &str, error: &str) -> bool {
+    let error = error.strip_suffix("...").unwrap_or(error);
+    !error.is_empty() && shown.contains(error)
+}
+
+/// A call's error without the `'<tool>' failed: ` or `'<tool>' ` it starts with: the summary's line names
+/// the tool already.
+fn without_tool_name<'e>(error: &'e str, tool: &str) -> &'e str {
+    let rest = error.strip_prefix('\'').and_then(|e| e.strip_prefix(tool)).and_then(|e| e.strip_prefix("' "));
+    match rest {
+        Some(rest) => rest.strip_prefix("failed: ").unwrap_or(rest),
+        None => error,
+    }
+}
+
 /// Why a call past the budget is refused: the program's `ToolError` and the summary say the same.
 pub fn budget_exhausted(budget: usize) -> String {
     format!("tool call budget exhausted: a program may make at most {budget} tool calls (execution.max_tool_calls)")
@@ -273,7 +355,7 @@ mod tests {
 
     #[test]
     fn no_calls_means_no_summary() {
-        assert_eq!(Trace::default().summary(), None);
+        assert_eq!(Trace::default().summary(None, ""), None);
     }
 
     #[test]
@@ -285,10 +367,10 @@ mod tests {
             let i = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
             trace.finish(i, Err("boom"), Instant::now());
         }
-        let summary = trace.summary().unwrap();
+        let summary = trace.summary(None, "").unwrap();
         let lines: Vec<&str> = summary.lines().collect();
         assert!(lines[0].starts_with("[tool calls: 8, 7 failed; ") && lines[0].ends_with("s]"), "{summary}");
-        assert_eq!(lines[1], "  failed: mcp__s__f0: boom");
+        assert_eq!(lines[1], "  failed: mcp__s__f0 (caught): boom");
         assert_eq!(lines.len(), 7);
         assert_eq!(lines[6], "  ... 2 more failures");
     }
@@ -298,7 +380,7 @@ mod tests {
         let mut trace = Trace::default();
         let i = start(&mut trace, "t", json!({"a": 1}));
         trace.finish(i, Ok(2), Instant::now());
-        assert_eq!(trace.summary().unwrap(), "[tool calls: 1; 0.0s]");
+        assert_eq!(trace.summary(None, "").unwrap(), "[tool calls: 1; 0.0s]");
         assert_eq!(
             trace.listed().0,
             json!([{"tool": "t", "arguments": {"a": 1}, "ok": true, "duration": trace.listed().0[0]["duration"], "error": null}])
@@ -310,7 +392,8 @@ mod tests {
         let mut trace = Trace::default();
         start(&mut trace, "mcp__s__slow", json!({}));
         assert_eq!(trace.cancel_in_flight(), 1);
-        assert!(trace.summary().unwrap().contains("\n  cancelled: mcp__s__slow (still running when the run ended)"));
+        let summary = trace.summary(None, "").unwrap();
+        assert!(summary.ends_with("\n  cancelled: mcp__s__slow (still running when the run ended)"), "{summary}");
         assert_eq!(trace.listed().0[0]["cancelled"], json!(true));
         assert_eq!(trace.listed().0[0]["ok"], json!(false));
     }
@@ -324,7 +407,7 @@ mod tests {
             trace.count_over_budget(1);
         }
         assert_eq!(trace.calls().len(), 1);
-        let summary = trace.summary().unwrap();
+        let summary = trace.summary(None, "").unwrap();
         assert!(summary.starts_with("[tool calls: 4, 3 failed; "), "{summary}");
         let refused = "refused: 3 calls: tool call budget exhausted: a program may make at most 1 tool calls \
                        (execution.max_tool_calls)";
@@ -339,7 +422,7 @@ mod tests {
             trace.finish(call, Err("boom"), Instant::now());
         }
         trace.count_over_budget(7);
-        let summary = trace.summary().unwrap();
+        let summary = trace.summary(None, "").unwrap();
         let lines: Vec<&str> = summary.lines().collect();
         assert!(lines[0].starts_with("[tool calls: 8, 8 failed; "), "{summary}");
         assert_eq!(lines.len(), 8, "{summary}");
@@ -353,9 +436,87 @@ mod tests {
         let i = start(&mut trace, "t", json!({}));
         trace.finish(i, Err(&"é".repeat(5000)), Instant::now());
         assert!(trace.calls()[0].error.as_ref().unwrap().len() <= MAX_KEPT_ERROR);
-        let summary = trace.summary().unwrap();
+        let summary = trace.summary(None, "").unwrap();
         let line = summary.lines().nth(1).unwrap();
-        assert!(line.starts_with("  failed: t: ééé") && line.ends_with("...") && line.len() < 330, "{line}");
+        assert!(line.starts_with("  failed: t (caught): ééé") && line.ends_with("...") && line.len() < 330, "{line}");
+    }
+
+    #[test]
+    fn failures_alike_share_one_line_with_their_count_and_the_first_ones_arguments() {
+        let mut trace = Trace::default();
+        let eisdir = "'mcp__fs__read' returned an error: EISDIR: illegal operation on a directory, read";
+        for path in ["/data", "/data/a", "/data/b"] {
+            let call = start(&mut trace, "mcp__fs__read", json!({"path": path}));
+            trace.finish(call, Err(eisdir), Instant::now());
+        }
+        let other = start(&mut trace, "mcp__fs__read", json!({"path": "/x"}));
+        trace.finish(other, Err("'mcp__fs__read' failed: the connection to server 'fs' was lost"), Instant::now());
+        for _ in 0..2 {
+            start(&mut trace, "mcp__s__slow", json!({}));
+        }
+        trace.cancel_in_flight();
+        let summary = trace.summary(None, "").unwrap();
+        assert_eq!(
+            summary.lines().skip(1).collect::<Vec<_>>(),
+            [
+                r#"  failed: mcp__fs__read {"path":"/data"} (3 calls, caught): returned an error: EISDIR: illegal operation on a directory, read"#,
+                r#"  failed: mcp__fs__read {"path":"/x"} (caught): the connection to server 'fs' was lost"#,
+                "  cancelled: mcp__s__slow (2 calls, still running when the run ended)",
+            ],
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn the_failure_the_program_did_not_catch_points_at_the_error_above_instead_of_repeating_it() {
+        let mut trace = Trace::default();
+        let caught = start(&mut trace, "mcp__s__find", json!({"id": 1}));
+        trace.finish(caught, Err("'mcp__s__find' returned an error: no such id"), Instant::now());
+        let raised = start(&mut trace, "mcp__s__fail", json!({"id": 2}));
+        let error = "'mcp__s__fail' returned an error: something broke";
+        trace.finish(raised, Err(error), Instant::now());
+        let traceback = format!("Traceback (most recent call last):\n  File \"<program>\", line 3\nToolError: {error}");
+        let summary = trace.summary(Some(&traceback), "").unwrap();
+        assert_eq!(
+            summary.lines().skip(1).collect::<Vec<_>>(),
+            [
+                r#"  failed: mcp__s__find {"id":1} (caught): returned an error: no such id"#,
+                r#"  failed: mcp__s__fail {"id":2}: the error above"#,
+            ],
+            "{summary}"
+        );
+        // An error the trace kept shortened is still found in the whole one above.
+        let mut trace = Trace::default();
+        let long = format!("'t' returned an error: {}", "x".repeat(2000));
+        let call = start(&mut trace, "t", json!({}));
+        trace.finish(call, Err(&long), Instant::now());
+        let summary = trace.summary(Some(&format!("ToolError: {long}")), "").unwrap();
+        assert!(summary.ends_with("\n  failed: t: the error above"), "{summary}");
+    }
+
+    #[test]
+    fn an_error_the_program_printed_is_not_repeated() {
+        let mut trace = Trace::default();
+        let call = start(&mut trace, "mcp__s__fail", json!({}));
+        trace.finish(call, Err("'mcp__s__fail' returned an error: boom"), Instant::now());
+        let output = "caught: 'mcp__s__fail' returned an error: boom\n";
+        assert!(trace.summary(None, output).unwrap().ends_with("\n  failed: mcp__s__fail (caught): printed above"));
+    }
+
+    #[test]
+    fn more_than_five_kinds_of_failure_count_the_calls_left_out() {
+        let mut trace = Trace::default();
+        for i in 0..7 {
+            for _ in 0..3 {
+                let call = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
+                trace.finish(call, Err("boom"), Instant::now());
+            }
+        }
+        let summary = trace.summary(None, "").unwrap();
+        let lines: Vec<&str> = summary.lines().collect();
+        assert_eq!(lines.len(), 7, "{summary}");
+        assert_eq!(lines[5], "  failed: mcp__s__f4 (3 calls, caught): boom");
+        assert_eq!(lines[6], "  ... 6 more failures");
     }
 
     #[test]

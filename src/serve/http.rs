@@ -77,7 +77,7 @@ pub async fn serve_http(config: Config, source: ConfigSource, addr: SocketAddr) 
     sessions.expire_idle(stop_mcp.clone());
     let endpoint = Arc::new(Endpoint {
         guard: Guard::new(http),
-        mcp: mcp_service(&app, Arc::clone(&sessions), stop_mcp.clone()),
+        mcp: mcp_service(&app, Arc::new(source), Arc::clone(&sessions), stop_mcp.clone()),
         sessions,
     });
     // A connection takes a slot before it is accepted: past the cap, new ones wait in the listen queue.
@@ -149,6 +149,7 @@ fn spawn_connection(
 /// unless something is sent before the result) for 2026-07-28 ones. The guard checks Host and Origin.
 fn mcp_service(
     app: &App,
+    source: Arc<ConfigSource>,
     sessions: Arc<Sessions>,
     stop: CancellationToken,
 ) -> StreamableHttpService<PtcServer, Sessions> {
@@ -160,7 +161,10 @@ fn mcp_service(
         .disable_allowed_hosts()
         .disable_allowed_origins();
     StreamableHttpService::new(
-        move || Ok(PtcServer::new(Arc::clone(&registry), Arc::clone(&engine)).sharing(Arc::clone(&parked))),
+        move || {
+            let server = PtcServer::new(Arc::clone(&registry), Arc::clone(&engine), Arc::clone(&source));
+            Ok(server.sharing(Arc::clone(&parked)))
+        },
         sessions,
         config,
     )

@@ -18,7 +18,7 @@ pub async fn serve_stdio(config: Config, source: ConfigSource) -> u8 {
     super::reopen_on_hangup(app.audit.clone());
     super::announce(&app, &config, &source, "stdio".to_string());
     let transport = super::stdio_transport::StdioTransport::new(tokio::io::stdin(), tokio::io::stdout());
-    let serving = PtcServer::new(app.registry.clone(), app.engine.clone()).serve(transport);
+    let serving = PtcServer::new(app.registry.clone(), app.engine.clone(), source.into()).serve(transport);
     tokio::select! {
         served = serving => match served {
             Ok(server) => {

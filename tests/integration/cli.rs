@@ -52,7 +52,7 @@ async fn the_config_is_found_through_the_environment_variable() {
 }
 
 #[apply(integration_test!)]
-async fn without_any_config_file_the_server_starts_with_no_tools() {
+async fn without_any_config_file_the_server_starts_with_no_tools_and_says_where_it_looked() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(binary())
         .current_dir(dir.path())
@@ -66,6 +66,17 @@ async fn without_any_config_file_the_server_starts_with_no_tools() {
     let client = rmcp::ServiceExt::serve((), transport).await.unwrap();
     let result = client.peer().call_tool(rmcp::model::CallToolRequestParams::new("list_callable_tools")).await.unwrap();
     assert_eq!(text_block(&result, 0), "[]");
+    let looked_at = dir.path().canonicalize().unwrap().join("config.yaml");
+    assert_eq!(
+        text_block(&result, 1),
+        format!(
+            "no servers configured (no config file found at {}; name one with --config PATH or $PTC_MCP_CONFIG)",
+            looked_at.display()
+        )
+    );
+    // A config file without servers is a choice: the listing is the original ptc-mcp's alone.
+    let empty = Ptc::start(&config(&[], "")).await;
+    assert_eq!(empty.list_callable_tools().await, (Vec::new(), None));
 }
 
 #[apply(integration_test!)]

@@ -115,7 +115,7 @@ async fn tool_results_are_parsed_json_and_tool_errors_can_be_caught() {
     assert_eq!(
         without_call_time(&text),
         "[Script executed successfully]\n5\ncaught: 'mcp__mock__fail' returned an error: something broke\n{'id': 'x'}\n\
-         [tool calls: 3, 1 failed; Ts]\n  failed: mcp__mock__fail: 'mcp__mock__fail' returned an error: something broke"
+         [tool calls: 3, 1 failed; Ts]\n  failed: mcp__mock__fail (caught): printed above"
     );
 }
 
@@ -184,7 +184,8 @@ async fn helpers_work_inside_programs_with_or_without_await_and_are_not_counted(
     assert_eq!(
         text,
         "[Script executed successfully]\nTrue\n['sum']\n{'mock': {'connected': True, 'tools': 23, 'error': None}}\n\
-         [Tool not found] 'mcp__mock__nope' is not a callable tool; list_callable_tools gives the exact names"
+         [Tool not found] 'mcp__mock__nope' is not a callable tool; did you mean 'mcp__mock__env' or \
+         'mcp__mock__huge' or 'mcp__mock__hang'?"
     );
     assert_eq!(run.structured()["tool_calls"], json!([]));
 }
@@ -412,7 +413,7 @@ async fn a_run_whose_sandbox_hangs_while_it_is_prepared_ends_at_its_time_limit()
     assert_eq!(
         text,
         "[Script execution failed]\nTimeoutError: Execution exceeded 2s limit before the program started: the \
-         sandbox's availability check had not finished"
+         sandbox's availability check had not finished. The limit is execution.timeout_seconds in ptc-mcp's config"
     );
     assert!(started.elapsed() < Duration::from_secs(8), "answered after {:?}", started.elapsed());
     engine.abort();

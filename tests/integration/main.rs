@@ -29,6 +29,7 @@ mod seatbelt;
 mod shell;
 mod show;
 mod shutdown;
+mod surface;
 mod thirdparty;
 mod transports;
 

@@ -89,6 +89,27 @@ async fn check_fails_with_status_2_on_a_bad_config() {
 }
 
 #[apply(integration_test!)]
+async fn check_without_a_config_file_says_where_it_looked_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = shell_in(dir.path(), &["check"], "").await;
+    assert_eq!(out.status, Some(1), "{}\n{}", out.stdout, out.stderr);
+    let looked_at = dir.path().canonicalize().unwrap().join("config.yaml");
+    let servers = out.stdout.lines().find(|line| line.starts_with("servers ")).expect(&out.stdout);
+    assert_eq!(
+        servers,
+        format!(
+            "servers  no servers configured (no config file found at {}; name one with --config PATH or \
+             $PTC_MCP_CONFIG)",
+            looked_at.display()
+        )
+    );
+    // A config file without servers is a choice: nothing to connect, and nothing wrong.
+    let out = shell(&["check"], "servers: []\nexecution:\n  sandbox: none\n", "").await;
+    assert_eq!(out.status, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.ends_with("\nservers  no servers configured in config.yaml\n"), "{}", out.stdout);
+}
+
+#[apply(integration_test!)]
 async fn tools_lists_the_callable_names_one_a_line_or_as_json() {
     let text = config(&[mock_server("mock", &[])], "");
     let out = shell(&["tools"], &text, "").await;
