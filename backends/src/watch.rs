@@ -225,7 +225,7 @@ mod tests {
         std::os::unix::fs::symlink("/", dir.path().join("root")).unwrap();
         let size = scratch_size(dir.path(), u64::MAX).unwrap();
         // 1 MiB of data, 10 empty files and a symlink at the minimum each; the symlink is not followed.
-        assert!((1 << 20) + 11 * ENTRY_BYTES <= size && size < (1 << 20) + 64 * ENTRY_BYTES, "{size}");
+        assert!(((1 << 20) + 11 * ENTRY_BYTES..(1 << 20) + 64 * ENTRY_BYTES).contains(&size), "{size}");
         assert_eq!(scratch_size(dir.path(), 1 << 19), Err(PastLimit::Size));
     }
 
