@@ -92,7 +92,7 @@ impl RunReport {
             }
         };
         if trace_mode == TraceMode::Summary
-            && let Some(summary) = self.trace.summary()
+            && let Some(summary) = self.trace.summary(self.error.as_deref())
         {
             text.push('\n');
             text.push_str(&summary);
@@ -148,6 +148,18 @@ mod tests {
             report.structured(),
             json!({"ok": false, "output": "step 1\n", "result": null, "error": "ValueError: bad", "tool_calls": []})
         );
+    }
+
+    #[test]
+    fn an_uncaught_tool_error_is_not_repeated_by_the_summary() {
+        let error = "Traceback (most recent call last):\n  File \"<program>\", line 1, in <module>\n    \
+                     await mcp__s__t()\nToolError: 'mcp__s__t' returned an error: boom\n";
+        let mut report = RunReport::failed(Outcome::Error, error.into());
+        let call = report.trace.start("mcp__s__t", &Map::new(), 2);
+        report.trace.finish(call, Err("'mcp__s__t' returned an error: boom"), std::time::Instant::now());
+        let text = report.text(TraceMode::Summary);
+        assert_eq!(text.matches("returned an error: boom").count(), 1, "{text}");
+        assert!(text.ends_with("\n  failed: mcp__s__t (the ToolError above)"), "{text}");
     }
 
     #[test]

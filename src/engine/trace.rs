@@ -176,7 +176,9 @@ impl Trace {
     /// The seed's summary: `[tool calls: N, F failed; X.Xs]`, then up to five failures (cancelled calls
     /// included), how many more there were, and one line for the calls refused for the budget. `None` when
     /// no call was made. The time is the wall-clock time during which at least one call was in flight.
-    pub fn summary(&self) -> Option<String> {
+    /// `error_above` is the run's error as the answer shows it before the summary: a failure whose message it
+    /// already shows as an uncaught `ToolError` is listed without that message.
+    pub fn summary(&self, error_above: Option<&str>) -> Option<String> {
         if self.count() == 0 {
             return None;
         }
@@ -190,11 +192,15 @@ impl Trace {
                     "\n  cancelled: {} (still running when the run ended)",
                     shorten(&call.tool, MAX_SUMMARY_TOOL)
                 )),
-                _ => out.push_str(&format!(
-                    "\n  failed: {}: {}",
-                    shorten(&call.tool, MAX_SUMMARY_TOOL),
-                    shorten(call.error.as_deref().unwrap_or("unknown error"), MAX_SUMMARY_ERROR)
-                )),
+                _ => {
+                    let tool = shorten(&call.tool, MAX_SUMMARY_TOOL);
+                    let error = call.error.as_deref().unwrap_or("unknown error");
+                    if error_above.is_some_and(|above| shows_uncaught(above, error)) {
+                        out.push_str(&format!("\n  failed: {tool} (the ToolError above)"));
+                    } else {
+                        out.push_str(&format!("\n  failed: {tool}: {}", shorten(error, MAX_SUMMARY_ERROR)));
+                    }
+                }
             }
         }
         if failures.len() > MAX_LISTED_FAILURES {
@@ -226,6 +232,11 @@ impl Trace {
         }
         total + current.map_or(Duration::ZERO, |(s, e)| e - s)
     }
+}
+
+/// Whether a run's error text shows `message` as an uncaught `ToolError` (whole lines of the traceback).
+fn shows_uncaught(error: &str, message: &str) -> bool {
+    format!("\n{error}\n").contains(&format!("\nToolError: {message}\n"))
 }
 
 impl Trace {
@@ -273,7 +284,7 @@ mod tests {
 
     #[test]
     fn no_calls_means_no_summary() {
-        assert_eq!(Trace::default().summary(), None);
+        assert_eq!(Trace::default().summary(None), None);
     }
 
     #[test]
@@ -285,7 +296,7 @@ mod tests {
             let i = start(&mut trace, &format!("mcp__s__f{i}"), json!({}));
             trace.finish(i, Err("boom"), Instant::now());
         }
-        let summary = trace.summary().unwrap();
+        let summary = trace.summary(None).unwrap();
         let lines: Vec<&str> = summary.lines().collect();
         assert!(lines[0].starts_with("[tool calls: 8, 7 failed; ") && lines[0].ends_with("s]"), "{summary}");
         assert_eq!(lines[1], "  failed: mcp__s__f0: boom");
@@ -298,7 +309,7 @@ mod tests {
         let mut trace = Trace::default();
         let i = start(&mut trace, "t", json!({"a": 1}));
         trace.finish(i, Ok(2), Instant::now());
-        assert_eq!(trace.summary().unwrap(), "[tool calls: 1; 0.0s]");
+        assert_eq!(trace.summary(None).unwrap(), "[tool calls: 1; 0.0s]");
         assert_eq!(
             trace.listed().0,
             json!([{"tool": "t", "arguments": {"a": 1}, "ok": true, "duration": trace.listed().0[0]["duration"], "error": null}])
@@ -310,7 +321,7 @@ mod tests {
         let mut trace = Trace::default();
         start(&mut trace, "mcp__s__slow", json!({}));
         assert_eq!(trace.cancel_in_flight(), 1);
-        assert!(trace.summary().unwrap().contains("\n  cancelled: mcp__s__slow (still running when the run ended)"));
+        assert!(trace.summary(None).unwrap().contains("\n  cancelled: mcp__s__slow (still running when the run ended)"));
         assert_eq!(trace.listed().0[0]["cancelled"], json!(true));
         assert_eq!(trace.listed().0[0]["ok"], json!(false));
     }
@@ -324,7 +335,7 @@ mod tests {
             trace.count_over_budget(1);
         }
         assert_eq!(trace.calls().len(), 1);
-        let summary = trace.summary().unwrap();
+        let summary = trace.summary(None).unwrap();
         assert!(summary.starts_with("[tool calls: 4, 3 failed; "), "{summary}");
         let refused = "refused: 3 calls: tool call budget exhausted: a program may make at most 1 tool calls \
                        (execution.max_tool_calls)";
@@ -339,7 +350,7 @@ mod tests {
             trace.finish(call, Err("boom"), Instant::now());
         }
         trace.count_over_budget(7);
-        let summary = trace.summary().unwrap();
+        let summary = trace.summary(None).unwrap();
         let lines: Vec<&str> = summary.lines().collect();
         assert!(lines[0].starts_with("[tool calls: 8, 8 failed; "), "{summary}");
         assert_eq!(lines.len(), 8, "{summary}");
@@ -353,9 +364,26 @@ mod tests {
         let i = start(&mut trace, "t", json!({}));
         trace.finish(i, Err(&"é".repeat(5000)), Instant::now());
         assert!(trace.calls()[0].error.as_ref().unwrap().len() <= MAX_KEPT_ERROR);
-        let summary = trace.summary().unwrap();
+        let summary = trace.summary(None).unwrap();
         let line = summary.lines().nth(1).unwrap();
         assert!(line.starts_with("  failed: t: ééé") && line.ends_with("...") && line.len() < 330, "{line}");
+    }
+
+    #[test]
+    fn a_failure_the_error_above_shows_as_uncaught_is_listed_without_its_message() {
+        let mut trace = Trace::default();
+        for (tool, error) in [("mcp__s__a", "'mcp__s__a' returned an error: boom"), ("mcp__s__b", "boom")] {
+            let i = start(&mut trace, tool, json!({}));
+            trace.finish(i, Err(error), Instant::now());
+        }
+        let above = "Traceback (most recent call last):\n  File \"<program>\", line 1, in <module>\n    \
+                     await mcp__s__a()\nToolError: 'mcp__s__a' returned an error: boom\n";
+        let summary = trace.summary(Some(above)).unwrap();
+        let lines: Vec<&str> = summary.lines().skip(1).collect();
+        assert_eq!(lines, ["  failed: mcp__s__a (the ToolError above)", "  failed: mcp__s__b: boom"]);
+        // Only the whole uncaught line counts: a message the traceback quotes elsewhere is still listed.
+        let summary = trace.summary(Some("ValueError: boom\n")).unwrap();
+        assert!(summary.ends_with("\n  failed: mcp__s__b: boom"), "{summary}");
     }
 
     #[test]
