@@ -41,6 +41,7 @@ MAX_NOTES = 2  # values described per error
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 COMPREHENSION_FRAMES = {"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"}
 KEY_TYPES = (str, int, float, bool, type(None))
+JSON_KINDS = (dict, list, *KEY_TYPES)  # what a tool result is made of: operations on them run no program code
 NOT_READ = object()  # an operand that cannot be read without running program code
 
 
@@ -225,12 +226,11 @@ class Failure:
 
     def __init__(self, exc, code, filename):
         self.frame = self.lasti = self.line = None
-        self.outer = []  # the program's frames that called it, innermost first
+        self.caller = None  # the program's frame that called it
         tb = exc.__traceback__
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == filename:
-                if self.frame is not None:
-                    self.outer.insert(0, self.frame)
+                self.caller = self.frame
                 self.frame, self.lasti, self.line = tb.tb_frame, tb.tb_lasti, tb.tb_lineno
             tb = tb.tb_next
         self.code = code
@@ -297,6 +297,8 @@ def operands(node):
 def fails_alike(exc, node, value, reader):
     """Whether the operation `node` fails on `value` the way it failed: the same subscript raises the same
     exception, the attribute is missing; for other operations, the message names the value's type."""
+    if type(value) not in JSON_KINDS:
+        return False
     if isinstance(node, ast.Subscript):
         if not isinstance(exc, (KeyError, IndexError, TypeError)):
             return False
@@ -357,8 +359,8 @@ class Reader:
 
     def name(self, name):
         frames = [self.failure.frame]
-        if self.failure.frame.f_code.co_name in COMPREHENSION_FRAMES:  # 3.9-3.11: its names live outside it
-            frames += self.failure.outer[:1]
+        if self.failure.frame.f_code.co_name in COMPREHENSION_FRAMES and self.failure.caller is not None:
+            frames.append(self.failure.caller)  # 3.9-3.11: a comprehension's frame; the names it loops over
         for frame in frames:
             for scope in (frame.f_locals, frame.f_globals):
                 if name in scope:
@@ -451,15 +453,17 @@ def suggestion(exc, value, text):
     return f"did you mean {' or '.join(ideas)}?" if ideas else None
 
 
-def origin_text(origin):
-    """'came from mcp__s__t (line 2)', and where in its result."""
+def origin_text(origin, text=None):
+    """'came from mcp__s__t (line 2)', and where in its result unless the expression `text` says it."""
     tool, line, path = origin
     at = "" if line is None else f" (line {line})"
-    return f"came from {tool}{at}" + (f", at {path_text(path)} of its result" if path else "")
+    where = path_text(path)
+    said = text is not None and text.replace('"', "'").endswith(where)
+    return f"came from {tool}{at}" + (f", at {where} of its result" if path and not said else "")
 
 
 def value_note(exc, value, origin, text):
-    lines = [f"{text or 'the value'} {origin_text(origin)}: {describe_value(value)}"]
+    lines = [f"{text or 'the value'} {origin_text(origin, text)}: {describe_value(value)}"]
     idea = suggestion(exc, value, text)
     return lines + ([idea] if idea else [])
 
@@ -486,7 +490,8 @@ def loop_note(failure, reader, exc, name):
             what = {dict: "a key", str: "one character"}.get(type(source), "an item")
             iterable = failure.text(loop.iter) or "what it loops over"
             why = " (a loop over a dict gives its keys)" if type(source) is dict else ""
-            lines = [f"{name.id} is {what} of {iterable}{why}, which {origin_text(origin)}: {describe_value(source)}"]
+            came = origin_text(origin, iterable)
+            lines = [f"{name.id} is {what} of {iterable}{why}, which {came}: {describe_value(source)}"]
             idea = None
             if type(source) is list and source and fits(exc, source[0]):
                 idea = suggestion(exc, source[0], name.id)

@@ -752,8 +752,8 @@ class RunnerTest(unittest.TestCase):
             for entry in r["content"]:
                 print(entry["name"])
         """, [{"content": listing}], "TypeError"),
-            [f"entry is one character of r[\"content\"], which came from mcp__s__t (line 2), at ['content'] of its "
-             f"result: a str of {len(listing)} chars: {listing[:60]!r}... (JSON text: json.loads() gives a list of 2 "
+            [f"entry is one character of r[\"content\"], which came from mcp__s__t (line 2): "
+             f"a str of {len(listing)} chars: {listing[:60]!r}... (JSON text: json.loads() gives a list of 2 "
              "items, the first {'name': str, 'type': str})",
              "did you mean a loop over json.loads(r[\"content\"])?"])
 
@@ -781,8 +781,12 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(self.notes_of("""
             r = await mcp__s__t()
             print(r["items"][3])
-        """, [{"items": []}], "IndexError"), ["r[\"items\"] came from mcp__s__t (line 2), at ['items'] of its "
-                                                "result: an empty list"])
+        """, [{"items": []}], "IndexError"), ["r[\"items\"] came from mcp__s__t (line 2): an empty list"])
+        self.assertEqual(self.notes_of("""
+            items = (await mcp__s__t())["items"]
+            print(items[3])
+        """, [{"items": []}], "IndexError"), ["items came from mcp__s__t (line 2), at ['items'] of its result: "
+                                              "an empty list"])
 
     def test_an_attribute_error_on_a_dict_result_suggests_the_key_that_has_it(self):
         self.assertEqual(self.notes_of("""
@@ -842,6 +846,23 @@ class RunnerTest(unittest.TestCase):
             self.assertEqual(self.notes_of(code, [{"a": 1, "b": [1], "s": "abcd"}, "x"], "KeyError" if "c" in code
                                            and "text" not in code else "TypeError"), [], code)
 
+    def test_explaining_an_error_runs_no_program_code(self):
+        messages = self.run_program("""
+            class Loud(dict):
+                def __getitem__(self, key):
+                    print("getitem", key)
+                    raise KeyError(key)
+
+                def __getattr__(self, name):
+                    print("getattr", name)
+                    raise AttributeError(name)
+            r = await mcp__s__t()
+            loud = Loud(r)
+            loud["a"] + r["a"] + loud.get
+        """, tools=["mcp__s__t"], answer=lambda r: ok(r, {"b": 1}), precheck=False)
+        self.assertEqual(self.output(messages), "getitem a\n")
+        self.assertTrue(self.error_of(messages)["message"].endswith("KeyError: 'a'\n"))
+
     def test_a_description_is_bounded_and_shows_no_value_but_a_strings_start(self):
         secret = "SECRET"
         result = {f"key{i}": {"value": secret, "nested": {"deeper": [secret] * 3}} for i in range(50)}
@@ -857,8 +878,8 @@ class RunnerTest(unittest.TestCase):
             r = await mcp__s__t()
             r["text"]["x"]
             """, [result], "TypeError")
-        self.assertEqual(notes, ["r[\"text\"] came from mcp__s__t (line 2), at ['text'] of its result: a str of "
-                                 "10006 chars: '" + "x" * 60 + "'..."])
+        self.assertEqual(notes, ["r[\"text\"] came from mcp__s__t (line 2): a str of 10006 chars: "
+                                 f"'{'x' * 60}'..."])
 
     def test_host_files_and_modules_outside_the_sandbox_get_a_hint_only_when_uncaught(self):
         host = "(not visible here: programs see only their working directory; read host files through a tool)"
@@ -881,7 +902,8 @@ class RunnerTest(unittest.TestCase):
         """)
         self.assert_success(messages)
         self.assertEqual(self.output(messages), "ModuleNotFoundError No module named 'numpy'\n"
-                                                "FileNotFoundError [Errno 2] No such file or directory: '/nonexistent/x'\n")
+                                                "FileNotFoundError [Errno 2] No such file or directory: "
+                                                "'/nonexistent/x'\n")
 
     def test_show_names_the_call_and_the_blocks_of_a_result_or_a_placeholder(self):
         image, audio = ("[non-text content omitted: image (image/png)]",
