@@ -321,7 +321,9 @@ mod tests {
         let mut trace = Trace::default();
         start(&mut trace, "mcp__s__slow", json!({}));
         assert_eq!(trace.cancel_in_flight(), 1);
-        assert!(trace.summary(None).unwrap().contains("\n  cancelled: mcp__s__slow (still running when the run ended)"));
+        assert!(
+            trace.summary(None).unwrap().contains("\n  cancelled: mcp__s__slow (still running when the run ended)")
+        );
         assert_eq!(trace.listed().0[0]["cancelled"], json!(true));
         assert_eq!(trace.listed().0[0]["ok"], json!(false));
     }

@@ -43,7 +43,11 @@ async fn wait_for_tool(ptc: &Ptc, tool: &str) -> bool {
 fn notes_after(text: &str, exception: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().collect();
     let at = lines.iter().rposition(|l| l.starts_with(exception)).unwrap_or_else(|| panic!("no {exception}: {text}"));
-    lines[at + 1..].iter().take_while(|l| !l.is_empty() && !l.starts_with("[tool calls: ")).map(|l| l.to_string()).collect()
+    lines[at + 1..]
+        .iter()
+        .take_while(|l| !l.is_empty() && !l.starts_with("[tool calls: "))
+        .map(|l| l.to_string())
+        .collect()
 }
 
 #[apply(integration_test!)]
@@ -94,9 +98,14 @@ async fn an_uncaught_tool_error_is_said_once() {
         "{text}"
     );
     // A caught failure is not above: its line keeps the message.
-    let run = ptc.execute("try:\n    await mcp__mock__fail()\nexcept ToolError:\n    pass\nawait mcp__mock__rpc_error()").await;
+    let run = ptc
+        .execute("try:\n    await mcp__mock__fail()\nexcept ToolError:\n    pass\nawait mcp__mock__rpc_error()")
+        .await;
     let text = run.expect_error();
-    assert!(text.contains("\n  failed: mcp__mock__fail: 'mcp__mock__fail' returned an error: something broke"), "{text}");
+    assert!(
+        text.contains("\n  failed: mcp__mock__fail: 'mcp__mock__fail' returned an error: something broke"),
+        "{text}"
+    );
     assert!(text.ends_with("\n  failed: mcp__mock__rpc_error (the ToolError above)"), "{text}");
     assert_eq!(run.structured()["tool_calls"][1]["error"].as_str().map(|e| e.contains("internal failure")), Some(true));
 }
@@ -116,7 +125,11 @@ async fn host_files_and_modules_outside_the_sandbox_get_a_hint() {
     let text = ptc.execute("open('mine.csv')").await.expect_error();
     assert!(text.ends_with("No such file or directory: 'mine.csv'"), "{text}");
     let text = ptc.execute("import numpy as np").await.expect_error();
-    assert_eq!(notes_after(&text, "ModuleNotFoundError: "), ["(only the standard library is available here)"], "{text}");
+    assert_eq!(
+        notes_after(&text, "ModuleNotFoundError: "),
+        ["(only the standard library is available here)"],
+        "{text}"
+    );
     let caught = "try:\n    import numpy\nexcept ImportError as e:\n    print(repr(e))";
     assert_eq!(
         ptc.execute(caught).await.expect_ok(),
@@ -164,7 +177,10 @@ async fn a_filesystem_result_used_as_text_suggests_its_content_key() {
         .expect_error();
     assert_eq!(
         notes_after(&text, "AttributeError: 'dict' object has no attribute 'splitlines'"),
-        ["r came from mcp__files__read_text_file (line 1): a dict {'content': str}", "did you mean r['content'].splitlines?"],
+        [
+            "r came from mcp__files__read_text_file (line 1): a dict {'content': str}",
+            "did you mean r['content'].splitlines?"
+        ],
         "{text}"
     );
 }
