@@ -11,10 +11,11 @@ alone (`import explain`) for its tests. Nothing here runs while the program runs
 * `explain(exc, ...)` finds the expression that failed in the program's innermost frame (its exact position
   on 3.11+, else its line), reads the operands it can without running code (names, constant subscripts,
   `dict.get`, the result of an `await mcp__...()` on that line), and for those that came from a tool result
-  on a KeyError, IndexError, TypeError or AttributeError, shows where from and the value's shape: a dict's
-  keys with the types of their values, a list's length and its first item's shape, a string's first
-  characters (and what it parses to, if it is JSON text); never more than a bounded preview. Then the closest
-  key or a nested one as "did you mean".
+  (or are a key of one: `r["n"]`, `r.get("x")`) on a KeyError, IndexError, TypeError, AttributeError or a
+  ValueError of unpacking, shows where from and the value's shape: a dict's keys with the types of their
+  values, a list's length and its first item's shape, a string's first characters (and what it parses to, if
+  it is JSON text); never more than a bounded preview. A loop variable says what the loop gives (keys, items,
+  characters). Then "did you mean": the closest key, the key nested, `.items()`, `json.loads`.
 * It also hints at the sandbox's limits: a host file outside the working directory is not visible, and only
   the standard library can be imported.
 """
@@ -207,12 +208,14 @@ def describe_value(value):
             return "an empty list"
         return f"a list of {len(value)} item{'s' if len(value) > 1 else ''}, the first {bounded_shape(value[0])}"
     if kind is str:
-        text = f"a str of {len(value)} chars: {preview(value)}"
+        text = f"a str of {len(value)} char{'s' if len(value) != 1 else ''}: {preview(value)}"
         parsed = parsed_json(value)
         if parsed is not NOT_READ:
             text += f" (JSON text: json.loads() gives {describe_value(parsed)})"
         return text
-    return "None" if value is None else f"a {kind.__name__}"
+    if value is None:
+        return "None"
+    return f"{'an' if kind.__name__[0] in 'aeiou' else 'a'} {kind.__name__}"
 
 
 def path_text(path):
@@ -274,7 +277,8 @@ class Failure:
 
 
 def operands(node):
-    """(operand, node): the sub-expressions whose values the operation `node` used."""
+    """(operand, node): the sub-expressions whose values the operation `node` used; then (node, None): the
+    node's own value, for what failed using it (iterating or unpacking it, `for x in r.get("items")`)."""
     if isinstance(node, (ast.Subscript, ast.Attribute, ast.Starred)):
         found = [node.value]
     elif isinstance(node, ast.Call):
@@ -287,16 +291,15 @@ def operands(node):
         found = [node.left, *node.comparators]
     elif isinstance(node, ast.UnaryOp):
         found = [node.operand]
-    elif isinstance(node, (ast.Name, ast.Await)):
-        found = [node]  # e.g. iterating it (`for x in r`) or unpacking it
     else:
         found = []
-    return [(operand, node) for operand in found]
+    return [(operand, node) for operand in found] + [(node, None)]
 
 
 def fails_alike(exc, node, value, reader):
     """Whether the operation `node` fails on `value` the way it failed: the same subscript raises the same
-    exception, the attribute is missing; for other operations, the message names the value's type."""
+    exception, the attribute is missing; for other operations (None: one on the value itself), the message
+    names the value's type."""
     if type(value) not in JSON_KINDS:
         return False
     if isinstance(node, ast.Subscript):
@@ -506,6 +509,23 @@ def loop_note(failure, reader, exc, name):
     return None
 
 
+def part_of_result(reader, operand):
+    """(container, its expression, key, its origin) for an operand `x[key]` or `x.get(key)` where x came from a
+    tool result (its value, e.g. a number or None, says nothing itself), else None."""
+    if isinstance(operand, ast.Subscript):
+        base_node, key_node = operand.value, operand.slice
+    elif isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute) and operand.func.attr == "get" \
+            and operand.args and not operand.keywords:
+        base_node, key_node = operand.func.value, operand.args[0]
+    else:
+        return None
+    base, key = reader.read(base_node), reader.read(key_node)
+    if type(base) not in (dict, list) or type(key) not in KEY_TYPES:
+        return None
+    origin = reader.results.origin(base)
+    return None if origin is None else (base, base_node, key, origin)
+
+
 def operand_note(failure, reader, exc, operand, node):
     """(value, lines) about an operand of the failing operation `node` whose value came from a tool result and
     that the operation fails on, or None."""
@@ -513,6 +533,16 @@ def operand_note(failure, reader, exc, operand, node):
     if value is not NOT_READ and not fails_alike(exc, node, value, reader):
         return None
     origin = None if value is NOT_READ else reader.results.origin(value)
+    part = None if origin is not None or value is NOT_READ else part_of_result(reader, operand)
+    if part is not None:
+        base, base_node, key, (tool, line, path) = part
+        if isinstance(operand, ast.Call) and key not in base:  # .get() of a key the result lacks
+            base_text = failure.text(base_node)
+            lines = [f"{failure.text(operand) or 'the value'} is {describe_value(value)}: {key_text(key)} is not a "
+                     f"key of {base_text or 'it'}, which {origin_text(part[3], base_text)}: {describe_value(base)}"]
+            idea = suggestion(KeyError(key), base, base_text)
+            return base, lines + ([idea] if idea else [])
+        origin = tool, line, path + (key,)
     if origin is not None:
         return value, value_note(exc, value, origin, failure.text(operand))
     if isinstance(operand, ast.Name):  # (3.12+ keeps no comprehension variable after an error)
@@ -520,13 +550,47 @@ def operand_note(failure, reader, exc, operand, node):
     return None
 
 
+def unpack_note(failure, reader, target):
+    """For `a, b = x` or `for a, b in x` where x came from a tool result: (x, lines), or None."""
+    parent = failure.parents.get(target)
+    if isinstance(parent, ast.Assign):
+        source_node, each = parent.value, False
+    elif isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)) and parent.target is target:
+        source_node, each = parent.iter, True
+    else:
+        return None
+    source = reader.read(source_node)
+    origin = None if source is NOT_READ else reader.results.origin(source)
+    if origin is None:
+        return None
+    text = failure.text(source_node)
+    if not each:
+        return source, value_note(ValueError(), source, origin, text)
+    what = {dict: "key", str: "character"}.get(type(source), "item")
+    lines = [f"{failure.text(target) or 'the loop'} unpacks each {what} of {text or 'what it loops over'}, which "
+             f"{origin_text(origin, text)}: {describe_value(source)}"]
+    if type(source) is dict:
+        lines.append(f"did you mean {text or 'it'}.items()?")
+    return source, lines
+
+
+UNPACKING = ("too many values to unpack", "not enough values to unpack")
+
+
 def data_notes(exc, code, filename, results):
-    if not isinstance(exc, (KeyError, IndexError, TypeError, AttributeError)):
+    message = exc.args[0] if exc.args and type(exc.args[0]) is str else ""
+    unpacking = isinstance(exc, ValueError) and message.startswith(UNPACKING)
+    if not unpacking and not isinstance(exc, (KeyError, IndexError, TypeError, AttributeError)):
         return []
     failure = Failure(exc, code, filename)
     if failure.tree is None:
         return []
     reader = Reader(failure, results)
+    if unpacking:
+        targets = [node for node in failure.nodes() if isinstance(node, (ast.Tuple, ast.List))
+                   and isinstance(node.ctx, ast.Store)]
+        found = next(filter(None, (unpack_note(failure, reader, target) for target in targets)), None)
+        return [] if found is None else found[1]
     candidates = [pair for node in failure.nodes() for pair in operands(node)]
     obj = getattr(exc, "obj", NOT_READ) if isinstance(exc, AttributeError) else NOT_READ  # 3.10+
     origin = None if obj is NOT_READ else results.origin(obj)

@@ -801,6 +801,39 @@ class RunnerTest(unittest.TestCase):
         """, [{"total": 1}], "AttributeError"),
             ["r came from mcp__s__t (line 2): a dict {'total': int}", "did you mean r['total']?"])
 
+    def test_a_missing_key_read_with_get_or_a_value_under_a_key_is_shown_with_its_result(self):
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            for item in r.get("itemz"):
+                print(item)
+        """, [{"items": [1, 2]}], "TypeError: 'NoneType' object is not iterable"),
+            ["r.get(\"itemz\") is None: 'itemz' is not a key of r, which came from mcp__s__t (line 2): a dict "
+             "{'items': [int, ...] (2 items)}", "did you mean r['items']?"])
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r["total"] / 2)
+        """, [{"total": "5"}], "TypeError"), ["r[\"total\"] came from mcp__s__t (line 2): a str of 1 char: '5'"])
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r["owner"]["login"])
+        """, [{"owner": None}], "TypeError"), ["r[\"owner\"] came from mcp__s__t (line 2): None"])
+
+    def test_unpacking_a_result_says_what_each_item_is(self):
+        self.assertEqual(self.notes_of("""
+            sizes = await mcp__s__t()
+            for name, size in sizes:
+                print(name, size)
+        """, [{"a.txt": 3, "b.txt": 5}], "ValueError: too many values to unpack"),
+            ["name, size unpacks each key of sizes, which came from mcp__s__t (line 2): a dict {'a.txt': int, "
+             "'b.txt': int}", "did you mean sizes.items()?"])
+        self.assertEqual(self.notes_of("""
+            first, second = await mcp__s__t()
+        """, [[1, 2, 3]], "ValueError"), ["the value came from mcp__s__t (line 2): a list of 3 items, the first int"])
+        self.assertEqual(self.notes_of("""
+            await mcp__s__t()
+            first, second = [1, 2, 3]
+        """, [[1, 2, 3]], "ValueError"), [])
+
     def test_parsing_a_result_again_says_it_is_parsed_already(self):
         self.assertEqual(self.notes_of("""
             import json
