@@ -30,8 +30,7 @@ import sys
 MAX_HELD = 256  # results (or parts of them) remembered at once; the oldest are forgotten first
 CHECKED = 4  # at each call: the newest values checked for being dropped, and as many more in turn
 MAX_PARTS = 64  # a dropped value with more items than this leaves nothing of it remembered
-MAX_SEARCH = 500_000  # nodes visited looking for a value inside the remembered results
-MAX_DEPTH = 8  # how deep that search goes
+MAX_SEARCH = 200_000  # nodes visited looking for values inside the remembered results, per error
 MAX_KEYS = 10  # a dict's keys shown
 MAX_KEY_CHARS = 40
 MAX_SHAPE_CHARS = 700
@@ -95,18 +94,31 @@ class Results:
         whole = [(at, value) for value, name, at, path in self._held if name == tool and not path]
         return next((value for at, value in reversed(whole) if at == line), whole[-1][1] if whole else NOT_READ)
 
-    def origin(self, obj):
-        """(tool, line, path) of a remembered value, or None."""
+    def origin(self, obj, budget):
+        """(tool, line, path) of a remembered value, or None; `budget` ([nodes]) bounds the search inside them."""
         if not traceable(obj):
             return None
-        for value, tool, line, path in reversed(self._held):
+        held = self._held[::-1]
+        for value, tool, line, path in held:
             if value is obj:
                 return tool, line, path
-        budget = [MAX_SEARCH]
-        for value, tool, line, path in reversed(self._held):
-            found = find(value, obj, budget, 0)
-            if found is not None:
-                return tool, line, path + found
+        # Breadth first, every result at once: the values near a result's top are found before the budget is
+        # spent in a long list.
+        level = [(value, (tool, line, path)) for value, tool, line, path in held]
+        while level and budget[0] > 0:
+            deeper = []
+            for container, (tool, line, path) in level:
+                pairs = container.items() if type(container) is dict else enumerate(container) \
+                    if type(container) is list else ()
+                for key, item in pairs:
+                    if item is obj:
+                        return tool, line, path + (key,)
+                    if type(item) is dict or type(item) is list:
+                        deeper.append((item, (tool, line, path + (key,))))
+                budget[0] -= len(container) if type(container) in (dict, list) else 0
+                if budget[0] <= 0:
+                    return None
+            level = deeper
         return None
 
 
@@ -124,24 +136,6 @@ def held_parts(entry):
             part = (item, tool, line, path + (key,))
             (kept if count > HELD_BY_PARENT else pending).append(part)
     return kept
-
-
-def find(value, obj, budget, depth):
-    """The path to obj inside value (identity), within the shared budget of nodes visited."""
-    if depth >= MAX_DEPTH:
-        return None
-    pairs = value.items() if type(value) is dict else enumerate(value) if type(value) is list else ()
-    for key, item in pairs:
-        budget[0] -= 1
-        if budget[0] < 0:
-            return None
-        if item is obj:
-            return (key,)
-        if type(item) is dict or type(item) is list:
-            found = find(item, obj, budget, depth + 1)
-            if found is not None:
-                return (key,) + found
-    return None
 
 
 # --- shapes ------------------------------------------------------------------------------------------------
@@ -326,6 +320,10 @@ class Reader:
     def __init__(self, failure, results):
         self.failure = failure
         self.results = results
+        self.budget = [MAX_SEARCH]  # shared by every search for one error
+
+    def origin(self, value):
+        return self.results.origin(value, self.budget)
 
     def read(self, node):
         try:
@@ -487,7 +485,7 @@ def loop_note(failure, reader, exc, name):
             if not (isinstance(loop.target, ast.Name) and loop.target.id == name.id):
                 continue
             source = reader.read(loop.iter)
-            origin = None if source is NOT_READ else reader.results.origin(source)
+            origin = None if source is NOT_READ else reader.origin(source)
             if origin is None:
                 return None
             what = {dict: "a key", str: "one character"}.get(type(source), "an item")
@@ -522,7 +520,7 @@ def part_of_result(reader, operand):
     base, key = reader.read(base_node), reader.read(key_node)
     if type(base) not in (dict, list) or type(key) not in KEY_TYPES:
         return None
-    origin = reader.results.origin(base)
+    origin = reader.origin(base)
     return None if origin is None else (base, base_node, key, origin)
 
 
@@ -532,7 +530,7 @@ def operand_note(failure, reader, exc, operand, node):
     value = reader.read(operand)
     if value is not NOT_READ and not fails_alike(exc, node, value, reader):
         return None
-    origin = None if value is NOT_READ else reader.results.origin(value)
+    origin = None if value is NOT_READ else reader.origin(value)
     part = None if origin is not None or value is NOT_READ else part_of_result(reader, operand)
     if part is not None:
         base, base_node, key, (tool, line, path) = part
@@ -560,7 +558,7 @@ def unpack_note(failure, reader, target):
     else:
         return None
     source = reader.read(source_node)
-    origin = None if source is NOT_READ else reader.results.origin(source)
+    origin = None if source is NOT_READ else reader.origin(source)
     if origin is None:
         return None
     text = failure.text(source_node)
@@ -593,7 +591,7 @@ def data_notes(exc, code, filename, results):
         return [] if found is None else found[1]
     candidates = [pair for node in failure.nodes() for pair in operands(node)]
     obj = getattr(exc, "obj", NOT_READ) if isinstance(exc, AttributeError) else NOT_READ  # 3.10+
-    origin = None if obj is NOT_READ else results.origin(obj)
+    origin = None if obj is NOT_READ else reader.origin(obj)
     if origin is not None:  # the object is known: only its expression's text is looked for
         text = next((failure.text(operand) for operand, _ in candidates if reader.read(operand) is obj), None)
         return value_note(exc, obj, origin, text)

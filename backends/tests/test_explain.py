@@ -13,6 +13,10 @@ sys.path.insert(0, str(SRC))
 import explain  # noqa: E402
 
 
+def origin(results, value):
+    return results.origin(value, [explain.MAX_SEARCH])
+
+
 def held(results):
     return [(type(value).__name__, tool, line, path) for value, tool, line, path in results._held]
 
@@ -55,8 +59,8 @@ class ResultsTest(unittest.TestCase):
         self.assertEqual(held(results), [("dict", "mcp__s__t", 3, ()), ("dict", "mcp__s__u", 4, ())])
         results.forget_dropped()
         self.assertEqual(held(results), [("dict", "mcp__s__t", 3, ())])
-        self.assertEqual(results.origin(kept), ("mcp__s__t", 3, ()))
-        self.assertIsNone(results.origin({"a": 1}), "equal is not identical")
+        self.assertEqual(origin(results, kept), ("mcp__s__t", 3, ()))
+        self.assertIsNone(origin(results, {"a": 1}), "equal is not identical")
         del kept
         results.forget_dropped()
         self.assertEqual(held(results), [])
@@ -81,8 +85,8 @@ class ResultsTest(unittest.TestCase):
         results.forget_dropped()
         self.assertEqual(sorted(held(results)), [("list", "mcp__s__t", 1, ("data", "rows")),
                                                  ("str", "mcp__s__t", 1, ("data", "next"))])
-        self.assertEqual(results.origin(rows[0]), ("mcp__s__t", 1, ("data", "rows", 0)))
-        self.assertEqual(results.origin(cursor), ("mcp__s__t", 1, ("data", "next")))
+        self.assertEqual(origin(results, rows[0]), ("mcp__s__t", 1, ("data", "rows", 0)))
+        self.assertEqual(origin(results, cursor), ("mcp__s__t", 1, ("data", "next")))
 
     def test_a_large_dropped_result_leaves_nothing_and_costs_no_walk(self):
         results = explain.Results()
@@ -92,7 +96,7 @@ class ResultsTest(unittest.TestCase):
         del rows
         results.forget_dropped()
         self.assertEqual(held(results), [])
-        self.assertIsNone(results.origin(row))
+        self.assertIsNone(origin(results, row))
 
     def test_only_the_newest_results_are_held(self):
         results = explain.Results()
@@ -100,14 +104,14 @@ class ResultsTest(unittest.TestCase):
         for value in values:
             results.add(value, "mcp__s__t", 1)
         self.assertEqual(len(results._held), explain.MAX_HELD)
-        self.assertIsNone(results.origin(values[0]))
-        self.assertEqual(results.origin(values[-1]), ("mcp__s__t", 1, ()))
+        self.assertIsNone(origin(results, values[0]))
+        self.assertEqual(origin(results, values[-1]), ("mcp__s__t", 1, ()))
 
     def test_scalars_and_short_strings_are_never_attributed(self):
         results = explain.Results()
         for value in (1, 2.5, True, None, "", "a"):
             results.add(value, "mcp__s__t", 1)
-            self.assertIsNone(results.origin(value))
+            self.assertIsNone(origin(results, value))
         self.assertEqual(results._held, [])
 
 
