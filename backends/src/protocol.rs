@@ -11,8 +11,9 @@ use serde_json::{Map, Value};
 pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The runner, run as `python -I -S -c RUNNER_SOURCE`: the call checks (`checks.py`, also importable alone
-/// by its tests and the benchmark), then the runner itself.
-pub const RUNNER_SOURCE: &str = concat!(include_str!("checks.py"), "\n", include_str!("runner.py"));
+/// by its tests and the benchmark), what errors add for the model (`explain.py`), then the runner itself.
+pub const RUNNER_SOURCE: &str =
+    concat!(include_str!("checks.py"), "\n", include_str!("explain.py"), "\n", include_str!("runner.py"));
 
 /// A message from the runner.
 #[derive(Debug, Deserialize, PartialEq)]

@@ -1,7 +1,7 @@
-"""ptc-mcp runner, part 2: runs ONE model-written Python program and talks to the server (protocol v2, PROTOCOL.md).
+"""ptc-mcp runner, part 3: runs ONE model-written Python program and talks to the server (protocol v2, PROTOCOL.md).
 
-checks.py precedes this source (backends/src/protocol.rs joins them): `Toolbox`, `ToolSpec` and `precheck` come
-from there.
+checks.py and explain.py precede this source (backends/src/protocol.rs joins them): `Toolbox`, `ToolSpec` and
+`precheck` come from the first, `Results` and `explain` from the second.
 
 Started as `python3 -I -S -c <this source>` (no __file__, no site-packages) in a scratch dir, possibly before
 its program is known, so everything is imported up front and the runner waits warm for its `run` message.
@@ -24,7 +24,8 @@ Design:
   unknown or missing arguments) raises TypeError before anything is sent. With `precheck`, the program's
   syntax tree is checked first (checks.py) and a program with findings does not run at all.
 * Errors teach: a NameError on an `mcp__` name says why it is no tool (closest names, server down, filtered),
-  and a TypeError/AttributeError on a coroutine while a tool call was never awaited asks about `await`.
+  a TypeError/AttributeError on a coroutine while a tool call was never awaited asks about `await`, and an
+  error about a value that came from a tool result shows where from and its shape (explain.py).
 * `show(x)` attaches the images and audio of a tool result (or one of its placeholders) to the run's result:
   results that carry some list their placeholders in `media`; `show` names the call and the blocks, and the
   server checks and bounds what it attaches.
@@ -437,12 +438,14 @@ READY_TYPES = {list: HelperList, dict: HelperDict, str: HelperStr}
 
 class CallBook:
     """What the run's tool calls did, for errors that teach and for show(): how many tool coroutines were
-    made and how many started (a difference is a call never awaited), and the results that carry images or
-    audio (call id, the value the program got, the placeholders of its blocks in order)."""
+    made and how many started (a difference is a call never awaited), the values they gave the program, and
+    the results that carry images or audio (call id, the value the program got, the placeholders of its
+    blocks in order)."""
 
     def __init__(self):
         self.created = 0
         self.started = 0
+        self.results = Results()
         self.with_media = []
 
     def media_of(self, obj):
@@ -507,6 +510,7 @@ def make_tool(channel, spec, book):
         finally:
             channel.close_request(request_id)
         value = unwrap(result)
+        book.results.add(value, name, line)
         media = result.get("media")
         if type(media) is list and media and all(type(m) is str for m in media):
             book.with_media.append((request_id, value, media))
@@ -517,6 +521,7 @@ def make_tool(channel, spec, book):
     def tool(*args, **kwargs):
         arguments = encoded(spec.bind(args, kwargs), f"{name}(): arguments")
         book.created += 1
+        book.results.forget_dropped()  # before this call's result arrives: never two results held for one
         # The line is taken where the call is written (the coroutine may be awaited elsewhere, e.g. in gather).
         return call(arguments, program_line())
 
@@ -683,12 +688,13 @@ def clip(text, limit):
 
 
 def format_chain(exc, seen, teach):
-    """Like traceback.format_exception, oldest first, but showing only the program's frames."""
+    """Like traceback.format_exception, oldest first, but showing only the program's frames, each exception
+    followed by what teach(exc) adds."""
     parts = []
     while True:
         seen.add(id(exc))
-        teach(exc)
-        parts.append(format_one(exc, seen, teach))
+        notes = teach(exc)
+        parts.append(format_one(exc, seen, teach) + "".join(note + "\n" for note in notes))
         if exc.__cause__ is not None:
             link, following = CAUSE, exc.__cause__
         elif exc.__context__ is not None and not exc.__suppress_context__:
@@ -718,11 +724,15 @@ NOT_DEFINED = re.compile(r"name '(mcp__\w+)' is not defined")
 AWAIT_HINT = " (did you forget `await`? a tool call gives a coroutine until awaited: x = await mcp__s__t(...))"
 
 
-def make_teacher(toolbox, book):
+def make_teacher(toolbox, book, code, workdir):
     """teach(exc): a NameError on an `mcp__` name says why it is no tool; a TypeError or AttributeError about
-    a coroutine, while some tool call was never awaited, asks about `await`. The message is changed in place
-    (once), so the traceback shows it."""
+    a coroutine, while some tool call was never awaited, asks about `await`: the message is changed in place
+    (once), so the traceback shows it. Returns the lines to show after the exception's (explain.py)."""
     def teach(exc):
+        amend(exc)
+        return explain(exc, code, PROGRAM, book.results, workdir)
+
+    def amend(exc):
         if getattr(exc, "_ptc_taught", False) or len(exc.args) != 1 or type(exc.args[0]) is not str:
             return
         message = exc.args[0]
@@ -771,6 +781,7 @@ def finish(channel, drain, streams, error):
 
 
 def main():
+    workdir = os.getcwd()  # the program may change it: hints about host files use the one it started in
     channel, drain, streams = take_over_fds()
     # Both threads start before `ready`, so a run never waits for one to be scheduled.
     threading.Thread(target=drain.run, name="ptc-output", daemon=True).start()
@@ -786,7 +797,7 @@ def main():
     if error is None:
         book = CallBook()
         namespace = make_globals(channel, run.toolbox, book, run.limit)
-        error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book))
+        error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book, run.code, workdir))
     finish(channel, drain, streams, error)
 
 

@@ -680,6 +680,264 @@ class RunnerTest(unittest.TestCase):
         self.assertTrue(self.error_of(messages)["message"].endswith(
             "TypeError: 'coroutine' object is not subscriptable\n"))
 
+    # --- errors that show the data (explain.py) ---------------------------------------------------
+
+    TIME_RESULT = {"source": {"timezone": "Europe/Paris", "datetime": "2026-12-03T12:00:00+01:00",
+                              "day_of_week": "Thursday", "is_dst": False},
+                   "target": {"timezone": "Asia/Tokyo", "datetime": "2026-12-03T20:00:00+09:00",
+                              "day_of_week": "Thursday", "is_dst": False},
+                   "time_difference": "+8.0h"}
+    TIME_SHAPE = ("{'source': {'timezone': str, 'datetime': str, 'day_of_week': str, 'is_dst': bool}, "
+                  "'target': {'timezone': str, 'datetime': str, 'day_of_week': str, 'is_dst': bool}, "
+                  "'time_difference': str}")
+
+    def notes_of(self, code, results, exception):
+        """The lines the runner adds after the exception's line (which starts with `exception`), for a program
+        whose tool calls get `results` in turn."""
+        answers = iter(results)
+        messages = self.run_program(code, tools=["mcp__s__t", "mcp__s__u"], precheck=False,
+                                    answer=lambda r: ok(r, next(answers)))
+        message = self.error_of(messages)["message"]
+        lines = message.splitlines()
+        ends = [i for i, line in enumerate(lines) if line.startswith(exception)]
+        self.assertTrue(ends, message)
+        return lines[ends[-1] + 1:]
+
+    def test_a_key_error_on_a_tool_result_shows_its_keys_the_call_and_the_nearest_key(self):
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t(source_timezone="Europe/Paris", time="12:00", target_timezone="Asia/Tokyo")
+            print(r['target_time'])
+        """, [self.TIME_RESULT], "KeyError: 'target_time'"),
+            [f"r came from mcp__s__t (line 2): a dict {self.TIME_SHAPE}", "did you mean r['target']?"])
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r['datetime'])
+        """, [self.TIME_RESULT], "KeyError"),
+            [f"r came from mcp__s__t (line 2): a dict {self.TIME_SHAPE}",
+             "did you mean r['source']['datetime'] or r['target']['datetime']?"])
+
+    def test_a_key_found_only_in_text_the_tool_returned_points_at_that_text(self):
+        self.assertEqual(self.notes_of("""
+            info = await mcp__s__t(path="notes.txt")
+            print(info["size"])
+        """, [{"content": "size: 12\nmodified: today", "path": "notes.txt"}], "KeyError"),
+            ["info came from mcp__s__t (line 2): a dict {'content': str, 'path': str}",
+             "did you mean info['content'] (text that mentions 'size': 'size: 12\\nmodified: today')?"])
+
+    def test_a_key_error_on_an_awaited_call_and_in_a_function_shows_the_result(self):
+        self.assertEqual(self.notes_of("""
+            print((await mcp__s__t())["count"])
+        """, [{"total": 3, "items": []}], "KeyError"),
+            ["the value came from mcp__s__t (line 2): a dict {'total': int, 'items': [] (empty)}"])
+        self.assertEqual(self.notes_of("""
+            def total(rows):
+                return sum(row["price"] for row in rows)
+            r = await mcp__s__t()
+            print(total(r["items"]))
+        """, [{"items": [{"name": "a", "cost": 3}]}], "KeyError"),
+            ["row came from mcp__s__t (line 4), at ['items'][0] of its result: a dict {'name': str, 'cost': int}"])
+
+    def test_a_string_result_used_as_a_dict_shows_its_first_characters(self):
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r["name"])
+        """, ["hello world, this is plain text and not JSON at all, long enough to be cut"], "TypeError"),
+            ["r came from mcp__s__t (line 2): a str of 74 chars: "
+             "'hello world, this is plain text and not JSON at all, long en'..."])
+
+    def test_a_loop_over_a_json_string_says_so_and_what_it_parses_to(self):
+        listing = '[\n  {"name": "a.txt", "type": "file"},\n  {"name": "sub", "type": "directory"}\n]'
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t(path="/data")
+            for entry in r["content"]:
+                print(entry["name"])
+        """, [{"content": listing}], "TypeError"),
+            [f"entry is one character of r[\"content\"], which came from mcp__s__t (line 2): "
+             f"a str of {len(listing)} chars: {listing[:60]!r}... (JSON text: json.loads() gives a list of 2 "
+             "items, the first {'name': str, 'type': str})",
+             "did you mean a loop over json.loads(r[\"content\"])?"])
+
+    def test_a_loop_over_a_dict_result_says_it_gives_keys(self):
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            for item in r:
+                print(item["name"])
+        """, [{"items": [{"name": "a"}], "total": 1}], "TypeError"),
+            ["item is a key of r (a loop over a dict gives its keys), which came from mcp__s__t (line 2): "
+             "a dict {'items': [{'name': str}] (1 item), 'total': int}",
+             "did you mean a loop over r['items']?"])
+
+    def test_a_list_result_indexed_by_a_key_or_past_its_end(self):
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r["name"])
+        """, [[{"name": "x", "id": 1}, {"name": "y", "id": 2}]], "TypeError"),
+            ["r came from mcp__s__t (line 2): a list of 2 items, the first {'name': str, 'id': int}",
+             "did you mean r[0] or a loop over r?"])
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            names = [d["name"] for d in r]
+        """, [["/data/a", "/data/b"]], "TypeError")[0][:2], "d ")
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r["items"][3])
+        """, [{"items": []}], "IndexError"), ["r[\"items\"] came from mcp__s__t (line 2): an empty list"])
+        self.assertEqual(self.notes_of("""
+            items = (await mcp__s__t())["items"]
+            print(items[3])
+        """, [{"items": []}], "IndexError"), ["items came from mcp__s__t (line 2), at ['items'] of its result: "
+                                              "an empty list"])
+
+    def test_an_attribute_error_on_a_dict_result_suggests_the_key_that_has_it(self):
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t(path="notes.txt")
+            for line in r.splitlines():
+                print(line)
+        """, [{"content": "hello\nworld\n"}], "AttributeError: 'dict' object has no attribute 'splitlines'"),
+            ["r came from mcp__s__t (line 2): a dict {'content': str}", "did you mean r['content'].splitlines?"])
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r.total)
+        """, [{"total": 1}], "AttributeError"),
+            ["r came from mcp__s__t (line 2): a dict {'total': int}", "did you mean r['total']?"])
+
+    def test_a_missing_key_read_with_get_or_a_value_under_a_key_is_shown_with_its_result(self):
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            for item in r.get("itemz"):
+                print(item)
+        """, [{"items": [1, 2]}], "TypeError: 'NoneType' object is not iterable"),
+            ["r.get(\"itemz\") is None: 'itemz' is not a key of r, which came from mcp__s__t (line 2): a dict "
+             "{'items': [int, ...] (2 items)}", "did you mean r['items']?"])
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r["total"] / 2)
+        """, [{"total": "5"}], "TypeError"), ["r[\"total\"] came from mcp__s__t (line 2): a str of 1 char: '5'"])
+        self.assertEqual(self.notes_of("""
+            r = await mcp__s__t()
+            print(r["owner"]["login"])
+        """, [{"owner": None}], "TypeError"), ["r[\"owner\"] came from mcp__s__t (line 2): None"])
+
+    def test_unpacking_a_result_says_what_each_item_is(self):
+        self.assertEqual(self.notes_of("""
+            sizes = await mcp__s__t()
+            for name, size in sizes:
+                print(name, size)
+        """, [{"a.txt": 3, "b.txt": 5}], "ValueError: too many values to unpack"),
+            ["name, size unpacks each key of sizes, which came from mcp__s__t (line 2): a dict {'a.txt': int, "
+             "'b.txt': int}", "did you mean sizes.items()?"])
+        self.assertEqual(self.notes_of("""
+            first, second = await mcp__s__t()
+        """, [[1, 2, 3]], "ValueError"), ["the value came from mcp__s__t (line 2): a list of 3 items, the first int"])
+        self.assertEqual(self.notes_of("""
+            await mcp__s__t()
+            first, second = [1, 2, 3]
+        """, [[1, 2, 3]], "ValueError"), [])
+
+    def test_parsing_a_result_again_says_it_is_parsed_already(self):
+        self.assertEqual(self.notes_of("""
+            import json
+            data = json.loads(await mcp__s__t())
+        """, [{"a": 1}], "TypeError"),
+            ["the value came from mcp__s__t (line 3): a dict {'a': int}",
+             "tool results are parsed JSON already: use the value as it is"])
+
+    def test_a_part_of_a_result_is_known_after_the_program_dropped_the_rest(self):
+        self.assertEqual(self.notes_of("""
+            rows = (await mcp__s__t())["data"]["rows"]
+            await mcp__s__u()
+            await mcp__s__u()
+            print(rows[0]["nme"])
+        """, [{"data": {"rows": [{"name": "x"}]}}, "other", "other"], "KeyError"),
+            ["rows[0] came from mcp__s__t (line 2), at ['data']['rows'][0] of its result: a dict {'name': str}",
+             "did you mean rows[0]['name']?"])
+
+    def test_the_programs_own_values_are_never_taken_for_results(self):
+        for code in ("""
+            r = await mcp__s__t()
+            mine = {"a": 1, "b": [1]}
+            print(mine["c"])
+        """, """
+            r = await mcp__s__t()
+            mine = dict(r)
+            print(mine["c"])
+        """, """
+            import json
+            r = await mcp__s__t()
+            print(json.loads(json.dumps(r))["c"])
+        """, """
+            r = await mcp__s__t()
+            text = "ab" + "cd"
+            text["x"]
+        """, """
+            r = await mcp__s__t()
+            r = None
+            await mcp__s__u()
+            mine = {"a": 1, "b": [1]}
+            mine["c"]
+        """):
+            self.assertEqual(self.notes_of(code, [{"a": 1, "b": [1], "s": "abcd"}, "x"], "KeyError" if "c" in code
+                                           and "text" not in code else "TypeError"), [], code)
+
+    def test_explaining_an_error_runs_no_program_code(self):
+        messages = self.run_program("""
+            class Loud(dict):
+                def __getitem__(self, key):
+                    print("getitem", key)
+                    raise KeyError(key)
+
+                def __getattr__(self, name):
+                    print("getattr", name)
+                    raise AttributeError(name)
+            r = await mcp__s__t()
+            loud = Loud(r)
+            loud["a"] + r["a"] + loud.get
+        """, tools=["mcp__s__t"], answer=lambda r: ok(r, {"b": 1}), precheck=False)
+        self.assertEqual(self.output(messages), "getitem a\n")
+        self.assertTrue(self.error_of(messages)["message"].endswith("KeyError: 'a'\n"))
+
+    def test_a_description_is_bounded_and_shows_no_value_but_a_strings_start(self):
+        secret = "SECRET"
+        result = {f"key{i}": {"value": secret, "nested": {"deeper": [secret] * 3}} for i in range(50)}
+        result["text"] = "x" * 10_000 + secret
+        notes = self.notes_of("""
+            r = await mcp__s__t()
+            r["missing"]
+            """, [result], "KeyError")
+        self.assertNotIn(secret, "\n".join(notes))
+        self.assertLess(len(notes[0]), 800)
+        self.assertIn("... 41 more keys", notes[0])
+        notes = self.notes_of("""
+            r = await mcp__s__t()
+            r["text"]["x"]
+            """, [result], "TypeError")
+        self.assertEqual(notes, ["r[\"text\"] came from mcp__s__t (line 2): a str of 10006 chars: "
+                                 f"'{'x' * 60}'..."])
+
+    def test_host_files_and_modules_outside_the_sandbox_get_a_hint_only_when_uncaught(self):
+        host = "(not visible here: programs see only their working directory; read host files through a tool)"
+        for path in ("/nonexistent/data.csv", "../../nonexistent.txt"):
+            self.assertEqual(self.notes_of(f"open({path!r})", [], "FileNotFoundError"), [host])
+        self.assertEqual(self.notes_of("open('data.csv')", [], "FileNotFoundError"), [])
+        self.assertEqual(self.notes_of("import pandas", [], "ModuleNotFoundError: No module named 'pandas'"),
+                         ["(only the standard library is available here)"])
+        self.assertEqual(self.notes_of("from requests.adapters import HTTPAdapter", [], "ModuleNotFoundError"),
+                         ["(only the standard library is available here)"])
+        messages = self.run_program("""
+            try:
+                import numpy
+            except ModuleNotFoundError as e:
+                print(type(e).__name__, e)
+            try:
+                open("/nonexistent/x")
+            except FileNotFoundError as e:
+                print(type(e).__name__, e)
+        """)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "ModuleNotFoundError No module named 'numpy'\n"
+                                                "FileNotFoundError [Errno 2] No such file or directory: "
+                                                "'/nonexistent/x'\n")
+
     def test_show_names_the_call_and_the_blocks_of_a_result_or_a_placeholder(self):
         image, audio = ("[non-text content omitted: image (image/png)]",
                         "[non-text content omitted: audio (audio/wav)]")

@@ -24,6 +24,7 @@ mod pool;
 mod progress;
 mod reaper;
 mod registry;
+mod results_shapes;
 mod scratch;
 mod seatbelt;
 mod shell;
