@@ -12,6 +12,8 @@
 //! or "ask the runner".
 
 mod literal;
+#[cfg(test)]
+mod properties;
 mod walk;
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::registry::ToolEntry;
 use crate::signatures;
 
 /// The tools of backends/tests/test_checks.py, from schemas.
-fn catalog() -> Arc<Catalog> {
+pub(super) fn catalog() -> Arc<Catalog> {
     let tools = [
         json!({"name": "query", "inputSchema": {"type": "object", "required": ["ticker"], "properties": {
             "ticker": {"type": "string"},
@@ -155,7 +155,7 @@ fn what_the_server_proves_sound_the_runners_check_passes() {
 }
 
 /// The runner's check (backends/src/checks.py) of each program, with the catalog's tools.
-fn runner_findings(catalog: &Catalog, programs: &[&str]) -> Vec<Vec<String>> {
+pub(super) fn runner_findings(catalog: &Catalog, programs: &[&str]) -> Vec<Vec<String>> {
     let script = "import json, sys\n\
                   sys.path.insert(0, sys.argv[1])\n\
                   import checks\n\
