@@ -4,7 +4,7 @@
 //! allocation meter, and a shrinker that reports a small failing input.
 //!
 //! Each test runs a modest number of cases so `cargo test` stays fast. `PTC_FUZZ_CASES=<n>` runs n cases per
-//! property instead; `PTC_FUZZ_SEED=<seed>` replays a run (a failure names its seed and case).
+//! property instead; `PTC_FUZZ_SEED=<seed>` starts from that seed (a failure says how to replay its case).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -12,7 +12,7 @@ use std::fmt::Debug;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Once;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use fastrand::Rng;
 
@@ -21,8 +21,9 @@ pub use fastrand::Rng;
 const PATIENCE: Duration = Duration::from_secs(20);
 /// The case thread's stack: room for the deepest inputs a parser accepts (the server's check needs 32 MiB).
 const STACK_BYTES: usize = 64 * 1024 * 1024;
-/// Candidates tried while shrinking a failing input, at most.
+/// Candidates tried while shrinking a failing input, and time spent on it, at most.
 const SHRINK_TRIES: usize = 4000;
+const SHRINK_TIME: Duration = Duration::from_secs(10);
 /// The longest rendering of an input a failure message shows.
 const SHOWN_CHARS: usize = 4000;
 /// The name of the thread that runs the cases: its panics are caught and reported, not printed (the
@@ -48,6 +49,7 @@ where
             let input = generate(&mut Rng::with_seed(seed.wrapping_add(case as u64)));
             let _ = report.send(Report::Started(case, input.clone()));
             if let Some(failure) = failure_of(&check, &input) {
+                let _ = report.send(Report::Shrinking);
                 let (smallest, failure) = shrunk(input, failure, &shrink, &check);
                 let _ = report.send(Report::Failed(smallest, failure));
                 return;
@@ -56,31 +58,44 @@ where
         let _ = report.send(Report::Done);
     });
     worker.expect("the property's thread starts");
-    let replay = format!("PTC_FUZZ_SEED={seed}");
-    let mut running = None;
+    let replay = |case: usize| format!("PTC_FUZZ_SEED={} PTC_FUZZ_CASES=1 replays it", seed.wrapping_add(case as u64));
+    let (mut running, mut shrinking) = (None, false);
     loop {
-        match reports.recv_timeout(PATIENCE) {
-            Ok(Report::Started(case, input)) => running = Some((case, input)),
-            Ok(Report::Done) => return,
-            Ok(Report::Failed(input, failure)) => {
-                let case = running.map_or(0, |(case, _)| case);
+        match (reports.recv_timeout(PATIENCE), running.take()) {
+            (Ok(Report::Started(case, input)), _) => running = Some((case, input)),
+            (Ok(Report::Shrinking), case) => (running, shrinking) = (case, true),
+            (Ok(Report::Done), _) => return,
+            (Ok(Report::Failed(input, failure)), case) => {
+                let case = case.map_or(0, |(case, _)| case);
                 panic!(
-                    "property {name} fails at case {case} ({replay}): {failure}\nsmallest input found: {}",
+                    "property {name} fails at case {case} ({}): {failure}\nsmallest input found: {}",
+                    replay(case),
                     shown(&input)
                 )
             }
-            Err(_) => match running {
-                Some((case, input)) => {
-                    panic!("property {name}: case {case} ({replay}) did not end within {PATIENCE:?}: {}", shown(&input))
-                }
-                None => panic!("property {name}: no case started within {PATIENCE:?} ({replay})"),
-            },
+            (Err(_), Some((case, input))) if shrinking => {
+                panic!(
+                    "property {name} fails at case {case} ({}), shrinking did not end: {}",
+                    replay(case),
+                    shown(&input)
+                )
+            }
+            (Err(_), Some((case, input))) => {
+                panic!(
+                    "property {name}: case {case} ({}) did not end within {PATIENCE:?}: {}",
+                    replay(case),
+                    shown(&input)
+                )
+            }
+            (Err(_), None) => panic!("property {name}: no case started within {PATIENCE:?}"),
         }
     }
 }
 
 enum Report<T> {
     Started(usize, T),
+    /// The case failed; the smallest failing input is being looked for.
+    Shrinking,
     Failed(T, String),
     Done,
 }
@@ -98,10 +113,10 @@ where
     C: Fn(&T),
 {
     let (mut smallest, mut how) = (input, failure);
-    let mut tries = 0;
+    let (mut tries, started) = (0, Instant::now());
     'descent: loop {
         for candidate in shrink(&smallest) {
-            if tries == SHRINK_TRIES {
+            if tries == SHRINK_TRIES || started.elapsed() > SHRINK_TIME {
                 break 'descent;
             }
             tries += 1;

@@ -189,3 +189,6 @@ mod tests {
         assert_eq!(frames.next().await, Some(Err("reset".into())));
     }
 }
+
+#[cfg(test)]
+mod properties;

@@ -300,3 +300,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties;

@@ -326,3 +326,6 @@ mod tests {
         assert_eq!(written, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}\n");
     }
 }
+
+#[cfg(test)]
+mod properties;
