@@ -3,7 +3,12 @@
 //! of at least five runs; per-call figures stand against a raw direct call (JSON-RPC lines written straight
 //! to the same downstream, no SDK) and an rmcp client's direct call. Nothing here fails on a slow machine. Runs once per sandbox backend that is available here (`PTC_BENCH_SANDBOXES`, default
 //! `none,landlock`; `docker` uses the image from ci/docker-setup.sh), then compares each one's per-run
-//! start-up with `none`'s, and times the check before running (`execution.precheck`) on a 200-line program.
+//! start-up with `none`'s, and times the check before running (`execution.precheck`) on a 200-line program;
+//! last, a soak: 10,000 runs with tool calls in one server (`PTC_BENCH_SOAK_RUNS`), its memory and open files
+//! along the way.
+//!
+//! Words after the command choose sections: `precheck`, `sandboxes`, `soak` (`ci/bench.sh soak` runs the soak
+//! alone); none runs them all.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -94,6 +99,11 @@ impl Server {
         };
         let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
         (ticks(read(format!("/proc/{pid}/stat"))), ticks(read(format!("/proc/{pid}/task/{pid}/stat"))))
+    }
+
+    /// How many files the server process has open.
+    fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id().unwrap())).map_or(0, |fds| fds.count())
     }
 
     /// VmRSS and VmHWM of the server process, in MiB.
@@ -549,11 +559,70 @@ async fn precheck_cost() {
     row("Python here: sum(range(1000)), CPU time", format!("{speed:.1} µs"), "-".into(), 1.0);
 }
 
+/// `runs` programs that each call a tool, one after another, in one server (sandbox `none`: what is measured
+/// is the server): its resident memory and open files after the first run, the 1,000th and the last. Flat
+/// when nothing a run leaves behind accumulates.
+async fn soak(runs: usize) {
+    let (server, _) = start("none", "").await;
+    let program = "r = await mcp__mock__echo(i=1)\nprint(r['i'])";
+    let checkpoints = [1, 1_000, runs];
+    // After each checkpoint's run: (run, RSS in MiB, open fds).
+    let mut figures: Vec<(usize, f64, usize)> = Vec::new();
+    let started = Instant::now();
+    for run in 1..=runs {
+        let result = server.execute(program).await;
+        assert_eq!(result["output"], json!("1\n"), "run {run}");
+        if checkpoints.contains(&run) && figures.last().is_none_or(|&(last, ..)| last != run) {
+            figures.push((run, server.memory().0, server.open_fds()));
+        }
+        if run % 1_000 == 0 {
+            eprintln!("soak: {run} of {runs} runs");
+        }
+    }
+    let per_run = started.elapsed() / runs as u32;
+    println!(
+        "\n### soak: {runs} runs with a tool call, one server (sandbox none)\n\n| measure | ptc-mcp | baseline | ratio |\n|---|---|---|---|"
+    );
+    let (_, first_rss, first_fds) = figures[0];
+    for &(run, rss, fds) in &figures {
+        row(
+            &format!("server RSS after run {run}"),
+            format!("{rss:.1} MiB"),
+            format!("{first_rss:.1} MiB after run 1"),
+            rss / first_rss,
+        );
+        row(
+            &format!("server open fds after run {run}"),
+            fds.to_string(),
+            format!("{first_fds} after run 1"),
+            fds as f64 / first_fds as f64,
+        );
+    }
+    row("soak: time per run (sequential, a tool call each)", ms(per_run), "-".into(), 1.0);
+}
+
 #[tokio::main]
 async fn main() {
-    let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
+    // `cargo bench` passes the words after the command, and `--bench`.
+    let words: Vec<String> = std::env::args().skip(1).filter(|word| !word.starts_with('-')).collect();
+    let wanted = |section: &str| words.is_empty() || words.iter().any(|word| word == section);
     println!("# ptc-mcp benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-    precheck_cost().await;
+    if wanted("precheck") {
+        precheck_cost().await;
+    }
+    if wanted("sandboxes") {
+        sandboxes().await;
+    }
+    if wanted("soak") {
+        let runs = std::env::var("PTC_BENCH_SOAK_RUNS")
+            .map_or(10_000, |runs| runs.parse().expect("PTC_BENCH_SOAK_RUNS: a number"));
+        soak(runs).await;
+    }
+}
+
+/// Every sandbox of `PTC_BENCH_SANDBOXES` that runs here, then what each adds per run against `none`.
+async fn sandboxes() {
+    let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
     let mut medians = Vec::new();
     for sandbox in sandboxes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if let Some(p50) = bench_backend(sandbox).await {

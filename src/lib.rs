@@ -9,6 +9,8 @@ pub mod config;
 pub mod discovery;
 pub mod elicit;
 pub mod engine;
+#[cfg(test)]
+mod fuzzing;
 pub mod input_required;
 pub mod lines;
 pub mod naming;

@@ -237,12 +237,22 @@ def parse_and_check(code, toolbox):
         tree = ast.parse(code, "<program>")
     except Exception:  # SyntaxError, or a program too deep or too large for the parser
         return [], None
-    if "mcp__" not in code:  # no tool, nothing to check
+    text = as_python_reads_names(code)
+    if "mcp__" not in text:  # no tool, nothing to check
         return [], tree
     # Only statements that mention a tool need a look (the walk is most of the cost), unless the program may
     # reach names dynamically: then everything counts.
-    marked = None if may_reach_names_dynamically(code) else [("mcp__" in line) for line in source_lines(code)]
+    marked = None if may_reach_names_dynamically(text) else [("mcp__" in line) for line in source_lines(text)]
     return Precheck(toolbox, marked).run(tree), tree
+
+
+def as_python_reads_names(code):
+    """`code` with its identifiers as Python reads them: NFKC-normalised (a fullwidth `ｍcp__` is `mcp__`, `ｅｘｅｃ`
+    is `exec`). Normalising the whole text does that, keeps its lines and every `mcp__` it had."""
+    if code.isascii():
+        return code
+    import unicodedata  # only for the rare program with a character outside ASCII
+    return unicodedata.normalize("NFKC", code)
 
 
 def may_reach_names_dynamically(code):

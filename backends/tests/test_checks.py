@@ -180,6 +180,22 @@ class PrecheckTest(unittest.TestCase):
         self.assertEqual(checks.precheck(mistaken, toolbox())[0],
                          ["line 3: 'mcp__demo__qurey' is not a tool; did you mean 'mcp__demo__query'?"])
 
+    def test_names_are_judged_as_python_reads_them_nfkc_normalised(self):
+        # A fullwidth letter is its ASCII one to Python, in a tool's name and a keyword's; its statement is looked at
+        # whether or not its text spells `mcp__`.
+        mistaken = "print(await mcp__demo__list())\nawait \uff4dcp__demo__query(tickr='A')\n" \
+                   "e = mcp\uff3f_demo__qurey()\n"
+        self.assertEqual(findings(mistaken), [
+            f"line 2: mcp__demo__query() got an unexpected keyword argument 'tickr'. Did you mean 'ticker'? "
+            f"Signature: {SIGNATURE}",
+            "line 3: 'mcp__demo__qurey' is not a tool; did you mean 'mcp__demo__query'?",
+        ])
+        self.assertEqual(findings("await \uff4dcp__demo__query(\uff54icker='A')"), [])
+        # A name bound in a statement that does not spell `mcp__`, and a program reaching names dynamically.
+        self.assertEqual(findings("\uff4dcp__demo__query = print\nmcp__demo__query(1)"), [])
+        self.assertEqual(findings("g = \uff47lobals()\nprint(await g['mcp__demo__maybe']())\nawait mcp__demo__maybe()"),
+                         [])
+
     def test_words_that_only_contain_a_dynamic_name_do_not_widen_the_check(self):
         self.assertFalse(checks.may_reach_names_dynamically("evaluated = execution = 1"))
         self.assertTrue(checks.may_reach_names_dynamically("g = globals()"))

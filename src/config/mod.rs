@@ -1,8 +1,11 @@
 //! The YAML configuration: where it is found, its keys and defaults (those of the original ptc-mcp plus a
 //! few additions), and strict validation whose errors name the key and say what is expected.
 
+mod budget;
 mod expand;
 mod logging;
+#[cfg(test)]
+mod properties;
 mod serve;
 
 use std::collections::BTreeMap;
@@ -245,6 +248,7 @@ impl Config {
     /// Parses and validates config text, expanding `${VAR}` with `lookup`. The error is one line that names
     /// the key.
     pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
+        budget::check(text).map_err(|e| e.to_string())?;
         let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
         if document.is_null() {
             return Ok(Config::default());

@@ -6,6 +6,8 @@
 //! is never lost or read twice). A line longer than the limit is not kept: its bytes are counted and scanned
 //! for its top-level JSON `"id"` (so that whoever waits for that message can be told at once), then dropped.
 
+#[cfg(test)]
+mod properties;
 mod top_level_id;
 
 use tokio::io::{AsyncRead, AsyncReadExt};

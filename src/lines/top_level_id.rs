@@ -6,6 +6,8 @@ use serde_json::Value;
 
 /// The longest `"id"` value kept (JSON-RPC ids are short numbers or strings).
 const MAX_ID_BYTES: usize = 256;
+/// The longest key kept as written: room for `id` with both letters escaped (`\u0069\u0064`).
+const MAX_KEY_BYTES: usize = 16;
 
 /// What the scanner expects next at the object's top level.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -28,7 +30,7 @@ pub struct IdScanner {
     depth: usize,
     in_string: bool,
     escaped: bool,
-    /// The key being read (only its first bytes matter).
+    /// The key being read, as written (escapes too); only its first bytes matter.
     key: Vec<u8>,
     /// The raw bytes of the `"id"` value while it is being read.
     capture: Option<Vec<u8>>,
@@ -69,18 +71,16 @@ impl IdScanner {
             capture.push(byte);
         }
         if self.in_string {
-            if self.escaped {
-                self.escaped = false;
-            } else if byte == b'\\' {
-                self.escaped = true;
-            } else if byte == b'"' {
-                self.in_string = false;
-                if self.depth == 0 && self.expect == Expect::Key {
+            let closing = !self.escaped && byte == b'"';
+            self.escaped = !self.escaped && byte == b'\\';
+            if self.depth == 0 && self.expect == Expect::Key {
+                if closing {
                     self.expect = Expect::Colon;
+                } else if self.key.len() <= MAX_KEY_BYTES {
+                    self.key.push(byte);
                 }
-            } else if self.depth == 0 && self.expect == Expect::Key && self.key.len() < 8 {
-                self.key.push(byte);
             }
+            self.in_string = !closing;
             return;
         }
         if byte.is_ascii_whitespace() {
@@ -96,13 +96,24 @@ impl IdScanner {
             (Expect::Key, b'}') => self.expect = Expect::Done,
             (Expect::Colon, b':') => {
                 self.expect = Expect::Value;
-                if self.key == b"id" {
+                if self.key_is_id() {
+                    // The last `"id"` counts, as serde_json reads a repeated key.
+                    self.found = None;
                     self.capture = Some(Vec::new());
                 }
             }
             (Expect::Value, _) => self.value_byte(byte),
             _ => self.expect = Expect::Done,
         }
+    }
+
+    /// Whether the key just read is `id`, however it is written (`"\u0069d"` is `"id"` too; `"i\\d"` is not).
+    fn key_is_id(&self) -> bool {
+        if !self.key.contains(&b'\\') {
+            return self.key == b"id";
+        }
+        self.key.len() <= MAX_KEY_BYTES
+            && serde_json::from_slice::<String>(&[b"\"", &self.key[..], b"\""].concat()).is_ok_and(|key| key == "id")
     }
 
     /// A byte (outside strings) of a top-level value.
@@ -143,6 +154,17 @@ mod tests {
         assert_eq!(scan(&[r#"{"jsonrpc":"2.0","id":12,"result":{"a":[1,2]}}"#]), Some(json!(12)));
         assert_eq!(scan(&[r#"{"result":{"id":1,"t":"}\"id\":3"},"jsonrpc":"2.0","id":"abc"}"#]), Some(json!("abc")));
         assert_eq!(scan(&[r#"{"result": {"x": "y"}, "i"#, r#"d" :  4"#, "2 }"]), Some(json!(42)));
+    }
+
+    /// Found by the property test (properties.rs): `"i\\d"` was read as `id` and `"\u0069d"` was not.
+    #[test]
+    fn a_key_is_read_with_its_escapes() {
+        assert_eq!(scan(&[r#"{"\u0069d":9,"x":1}"#]), Some(json!(9)));
+        assert_eq!(scan(&[r#"{"\u0069\u0064":9}"#]), Some(json!(9)));
+        assert_eq!(scan(&[r#"{"id":7,"i\\d":5}"#]), Some(json!(7)));
+        assert_eq!(scan(&[r#"{"id":7,"i\"d":5}"#]), Some(json!(7)));
+        assert_eq!(scan(&[r#"{"id":7,"\u0069\u0064\u0020":5}"#]), Some(json!(7)));
+        assert_eq!(scan(&[r#"{"id":7,"i\u0064":{"a":1}}"#]), None, "the last id counts");
     }
 
     #[test]

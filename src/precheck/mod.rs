@@ -12,6 +12,8 @@
 //! or "ask the runner".
 
 mod literal;
+#[cfg(test)]
+mod properties;
 mod walk;
 
 #[cfg(test)]
@@ -24,6 +26,7 @@ use std::time::Duration;
 use ruff_python_ast::token::{TokenKind, Tokens};
 use ruff_python_ast::visitor::Visitor;
 use tokio::sync::oneshot;
+use unicode_normalization::UnicodeNormalization;
 
 use crate::naming::PREFIX;
 use crate::registry::Catalog;
@@ -74,9 +77,11 @@ fn calls_are_sound(code: &str, catalog: &Catalog) -> bool {
     verdict_without_parsing(code).unwrap_or_else(|| parsed_and_sound(code, catalog))
 }
 
-/// The verdict when the text decides it: no tool named (nothing to check), or too long to parse here.
+/// The verdict when the text decides it: no tool named (nothing to check), or too long to parse here. Python
+/// reads identifiers NFKC-normalised (`ｍcp__` is `mcp__`), so only an ASCII text without `mcp__` names
+/// no tool; any other is parsed, and the syntax tree's names are normalised as Python's are.
 fn verdict_without_parsing(code: &str) -> Option<bool> {
-    if !code.contains(PREFIX) {
+    if code.is_ascii() && !code.contains(PREFIX) {
         Some(true)
     } else if code.len() > MAX_PROGRAM_BYTES {
         Some(false)
@@ -101,7 +106,12 @@ fn mcp_identifiers(tokens: &Tokens, code: &str) -> usize {
         .iter()
         .filter(|token| {
             let (kind, range) = token.as_tuple();
-            kind == TokenKind::Name && code[range].starts_with(PREFIX)
+            kind == TokenKind::Name && names_a_tool(&code[range])
         })
         .count()
+}
+
+/// Whether the identifier `text` is an `mcp__` name as Python reads it.
+fn names_a_tool(text: &str) -> bool {
+    if text.is_ascii() { text.starts_with(PREFIX) } else { text.nfkc().take(PREFIX.len()).eq(PREFIX.chars()) }
 }

@@ -9,7 +9,7 @@ use crate::registry::ToolEntry;
 use crate::signatures;
 
 /// The tools of backends/tests/test_checks.py, from schemas.
-fn catalog() -> Arc<Catalog> {
+pub(super) fn catalog() -> Arc<Catalog> {
     let tools = [
         json!({"name": "query", "inputSchema": {"type": "object", "required": ["ticker"], "properties": {
             "ticker": {"type": "string"},
@@ -51,6 +51,9 @@ const SOUND: &[&str] = &[
     "print(f'{(await mcp__demo__query(ticker=\"A\"))[\"x\"]}')",
     "s = 'mcp__demo__nothing'\nprint(s)  # mcp__demo__nothing either",
     "print(await mcp__demo__query(ticker='A', ratio=1j, limit=...))",
+    // Python reads identifiers NFKC-normalised: a fullwidth letter is its ASCII one, in a name or a keyword.
+    "print(await \u{ff4d}cp__demo__query(\u{ff54}icker='A'))\nprint(await mcp\u{ff3f}_demo__list())",
+    "print('\u{e9}t\u{e9}', '\u{ff4d}cp__demo__nothing')",
 ];
 
 /// Mistakes: the runner's check reports each, so the server must not prove any sound.
@@ -82,6 +85,10 @@ const MISTAKES: &[&str] = &[
     "await mcp__demo__secret()",
     "await mcp__demo__list(x=1)",
     "print(await mcp__demo__rows(items={'a': 1}))",
+    "await \u{ff4d}cp__demo__query(tickr='A')",
+    "print(await mcp__demo__list())\nawait \u{ff4d}cp__demo__qurey()",
+    "c = await mcp__demo__query(\u{ff54}ickr='A')",
+    "e = mcp\u{ff3f}_demo__query(ticker='A')\nprint(e['x'])",
 ];
 
 /// Sound or not, only the runner's check can tell: its names bound, arguments it evaluates itself.
@@ -99,8 +106,8 @@ const FOR_THE_RUNNER: &[&str] = &[
     "del mcp__demo__list",
     "print(x.mcp__demo__list)",
     "x = (mcp__demo__list",
-    // Python reads a full-width letter as its ASCII one: a name the tokens do not spell `mcp__`.
-    "print(await mcp__demo__list())\nawait \u{ff4d}cp__demo__qurey()",
+    "print(x.\u{ff4d}cp__demo__list)",
+    "\u{ff4d}cp__demo__list = print",
 ];
 
 fn sound(code: &str) -> bool {
@@ -148,7 +155,7 @@ fn what_the_server_proves_sound_the_runners_check_passes() {
 }
 
 /// The runner's check (backends/src/checks.py) of each program, with the catalog's tools.
-fn runner_findings(catalog: &Catalog, programs: &[&str]) -> Vec<Vec<String>> {
+pub(super) fn runner_findings(catalog: &Catalog, programs: &[&str]) -> Vec<Vec<String>> {
     let script = "import json, sys\n\
                   sys.path.insert(0, sys.argv[1])\n\
                   import checks\n\

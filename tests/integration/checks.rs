@@ -152,3 +152,30 @@ async fn a_program_nested_as_deeply_as_it_can_be_leaves_the_server_serving() {
     run.expect_ok();
     assert_eq!(run.structured()["output"], json!("3\n"));
 }
+
+/// Python reads identifiers NFKC-normalised: `ｍcp__mock__add` (a fullwidth m) and `ｂb` are the tool and the
+/// keyword `bb` to it. The check judges the names Python uses, so a mistake spelled that way runs nothing.
+#[apply(integration_test!)]
+async fn a_tool_spelled_with_compatibility_characters_is_checked_by_the_name_python_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let ptc = Ptc::start(&config(&[recording_mock(&state)], "")).await;
+    let cases = [
+        ("await \u{ff4d}cp__mock__add(a=1, bb=2)", "line 1: mcp__mock__add() got an unexpected keyword argument 'bb'"),
+        (
+            "print(await mcp__mock__add(a=1, b=2))\nawait mcp\u{ff3f}_mock__add(a=1, \u{ff42}b=2)",
+            "line 2: mcp__mock__add() got an unexpected keyword argument 'bb'",
+        ),
+        ("r = \u{1d426}cp__mock__add(a=1, b=2)\nprint(r['sum'])", "line 1: mcp__mock__add(...) is assigned to r"),
+    ];
+    for (code, finding) in cases {
+        let text = ptc.execute(code).await.expect_error();
+        assert!(text.starts_with(&format!("[Script execution failed]\n{finding}")), "for {code:?}:\n{text}");
+        assert!(text.ends_with("(checked before running: nothing ran, no tool was called)"), "{text}");
+    }
+    assert_eq!(tool_calls_received(&state), 0);
+    // The same names called soundly are the tool, as Python reads them.
+    let run = ptc.execute("print((await \u{ff4d}cp__mock__add(\u{ff41}=1, b=2))['sum'])").await;
+    run.expect_ok();
+    assert_eq!(run.structured()["output"], json!("3\n"));
+}

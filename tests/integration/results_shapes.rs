@@ -102,10 +102,7 @@ async fn an_uncaught_tool_error_is_said_once() {
         .execute("try:\n    await mcp__mock__fail()\nexcept ToolError:\n    pass\nawait mcp__mock__rpc_error()")
         .await;
     let text = run.expect_error();
-    assert!(
-        text.contains("\n  failed: mcp__mock__fail (caught): returned an error: something broke"),
-        "{text}"
-    );
+    assert!(text.contains("\n  failed: mcp__mock__fail (caught): returned an error: something broke"), "{text}");
     assert!(text.ends_with("\n  failed: mcp__mock__rpc_error: the error above"), "{text}");
     assert_eq!(run.structured()["tool_calls"][1]["error"].as_str().map(|e| e.contains("internal failure")), Some(true));
 }

@@ -220,3 +220,6 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
     }
 }
+
+#[cfg(test)]
+mod properties;

@@ -335,3 +335,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties;

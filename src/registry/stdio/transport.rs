@@ -471,3 +471,6 @@ mod tests {
         assert_eq!(written, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}\n");
     }
 }
+
+#[cfg(test)]
+mod properties;
