@@ -55,9 +55,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run one program (a file, or - for stdin) through the same engine and sandbox as execute_program and
-    /// print exactly its text. Exit status 0 on success, 1 when the run failed (Ctrl-C or SIGTERM stops it), 2
-    /// on a config or sandbox error.
+    /// Run one program (a file, or - for stdin) through the same engine and sandbox as execute_program,
+    /// waiting only for the servers whose tools it names (all of them if it lists or inspects tools). Its
+    /// output shows as it arrives; then the rest of the execute_program text (all of it less that output).
+    /// Exit status 0 on success, 1 when the run failed, 2 on a config or sandbox error, 130 when Ctrl-C or
+    /// SIGTERM stopped it.
     Run {
         #[arg(value_name = "FILE|-")]
         file: PathBuf,
