@@ -1,5 +1,6 @@
 //! The `ptc-mcp` binary: parse the command line, load the config, and serve MCP or run a shell command.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,7 +12,8 @@ use ptc_mcp::serve;
 /// Programmatic tool calling for any MCP client: the model writes one Python program, ptc-mcp runs it in a
 /// sandboxed interpreter where every downstream MCP tool is an async function, and only what the program
 /// prints comes back. Without a command it serves MCP over stdio. Results go to stdout; logs go to stderr
-/// (level from RUST_LOG, default info).
+/// (level from RUST_LOG; default info, or warn for check, tools, run and the sandbox commands when stderr is a
+/// terminal).
 #[derive(Debug, Parser)]
 #[command(name = "ptc-mcp", version)]
 struct Cli {
@@ -79,7 +81,7 @@ fn main() -> ExitCode {
     ptc_backends::run_helper_if_requested(&args);
     return_large_buffers_at_once();
     let cli = Cli::parse_from(args);
-    init_logging();
+    init_logging(default_log_level(&cli));
     let (config, source) = match Config::load(cli.config.as_deref()) {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -126,18 +128,26 @@ fn runtime_for(command: Option<&Command>) -> std::io::Result<tokio::runtime::Run
     }
 }
 
-fn init_logging() {
+/// `warn` for a shell command whose logs go to a terminal, where they would mix with what it prints (`RUST_LOG`
+/// still rules); `info` for the servers, whose logs are a record.
+fn default_log_level(cli: &Cli) -> &'static str {
+    let serves = matches!(cli.command, None | Some(Command::Serve { .. })) && cli.check_sandbox.is_none();
+    if !serves && std::io::stderr().is_terminal() { "warn" } else { "info" }
+}
+
+fn init_logging(level: &str) {
     // rmcp's HTTP worker logs every failed connection attempt at ERROR, with the full URL (whose query may
     // hold a secret); the registry already says why a server is unavailable, once per distinct reason. So
     // it stays off unless RUST_LOG names it.
     const WORKER: &str = "rmcp::transport::worker";
+    let default = format!("{level},rmcp=warn");
     let mut directives =
-        std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| "info,rmcp=warn".to_string());
+        std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.clone());
     if !directives.contains(WORKER) {
         directives.push_str(&format!(",{WORKER}=off"));
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,rmcp=warn,{WORKER}=off")));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},{WORKER}=off")));
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_ansi(false).init();
 }
 

@@ -310,6 +310,70 @@ async fn ctrl_c_while_run_waits_for_a_server_stops_at_once_and_shuts_it_down() {
     assert_nothing_left(&tmp).await;
 }
 
+/// A pseudo-terminal: the end a command writes to (as its stderr), and the end that reads what it wrote.
+fn terminal() -> (OwnedFd, std::fs::File) {
+    let (mut reader, mut writer) = (0, 0);
+    // SAFETY: openpty fills in two fresh fds, which are then owned here.
+    let opened =
+        unsafe { libc::openpty(&mut reader, &mut writer, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+    assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: as above.
+    unsafe { (OwnedFd::from_raw_fd(writer), std::fs::File::from(OwnedFd::from_raw_fd(reader))) }
+}
+
+/// What `ptc-mcp run -` (with `program` on stdin) writes to stderr when that is a terminal, with `rust_log`.
+async fn run_on_a_terminal(dir: &Path, program: &str, rust_log: Option<&str>) -> String {
+    let (writer, mut reader) = terminal();
+    let mut command = tokio::process::Command::new(binary());
+    command
+        .args(["run", "-"])
+        .current_dir(dir)
+        .env_remove("PTC_MCP_CONFIG")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(writer))
+        .kill_on_drop(true);
+    if let Some(level) = rust_log {
+        command.env("RUST_LOG", level);
+    }
+    let mut child = command.spawn().unwrap();
+    // Only the child holds the terminal's writing end now: reading ends (EIO) once it has exited.
+    drop(command);
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(program.as_bytes()).await.unwrap();
+    drop(input);
+    let read = tokio::task::spawn_blocking(move || {
+        let mut written = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut reader, &mut written);
+        String::from_utf8_lossy(&written).into_owned()
+    });
+    tokio::time::timeout(Duration::from_secs(120), child.wait()).await.expect("run ends").unwrap();
+    tokio::time::timeout(Duration::from_secs(30), read).await.expect("the terminal is read").unwrap()
+}
+
+#[apply(integration_test!)]
+async fn run_logs_only_warnings_on_a_terminal_unless_rust_log_says_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), config(&[mock_server("mock", &[])], "")).unwrap();
+    let program = "print(await mcp__mock__add(a=1, b=2))\n";
+    let quiet = run_on_a_terminal(dir.path(), program, None).await;
+    assert!(!quiet.contains(" INFO "), "{quiet}");
+    let told = run_on_a_terminal(dir.path(), program, Some("info")).await;
+    assert!(told.contains(" INFO ptc_mcp::engine::record: run finished"), "{told}");
+    // Not a terminal: the log is a record, at info as before.
+    std::fs::write(dir.path().join("prog.py"), program).unwrap();
+    let piped = tokio::process::Command::new(binary())
+        .args(["run", "prog.py"])
+        .current_dir(dir.path())
+        .env_remove("PTC_MCP_CONFIG")
+        .env_remove("RUST_LOG")
+        .output();
+    let piped = tokio::time::timeout(Duration::from_secs(120), piped).await.expect("run ends").unwrap();
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(stderr.contains(" INFO ptc_mcp::engine::record: run finished"), "{stderr}");
+}
+
 #[apply(integration_test!)]
 async fn the_config_comes_from_the_flag_or_the_environment_for_every_command() {
     let dir = tempfile::tempdir().unwrap();
