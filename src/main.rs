@@ -37,8 +37,9 @@ enum Command {
     /// several clients (see serve.http in the config: token, allowed_origins, max_concurrent_runs, and the
     /// bounds on connections and sessions).
     Serve {
-        /// Listen on this address, e.g. 127.0.0.1:8765. Needs serve.http.token (e.g. token: ${PTC_MCP_TOKEN}).
-        #[arg(long, value_name = "ADDR:PORT")]
+        /// Listen on this address: PORT (on 127.0.0.1), localhost:PORT, or ADDR:PORT (e.g. 0.0.0.0:8765).
+        /// Needs serve.http.token (e.g. token: ${PTC_MCP_TOKEN}).
+        #[arg(long, value_name = "[ADDR:]PORT", value_parser = cli::listen_address)]
         http: Option<std::net::SocketAddr>,
     },
     /// Validate the config, probe the sandbox and connect every server (waiting up to its

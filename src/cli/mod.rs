@@ -10,12 +10,14 @@ use crate::app::{App, SHUTDOWN_LIMIT};
 use crate::config::Config;
 
 mod check;
+mod listen;
 mod run;
 mod sandbox;
 mod sandbox_profile;
 mod tools;
 
 pub use check::check;
+pub use listen::{NotAnAddress, listen_address};
 pub use run::run;
 pub use sandbox::check_sandbox;
 pub use sandbox_profile::sandbox_profile;

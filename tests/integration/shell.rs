@@ -375,6 +375,40 @@ async fn run_logs_only_warnings_on_a_terminal_unless_rust_log_says_otherwise() {
 }
 
 #[apply(integration_test!)]
+async fn serve_http_takes_a_port_alone_or_after_localhost_and_names_the_forms_it_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), format!("serve:\n  http:\n{}", crate::http::token_keys())).unwrap();
+    for form in ["PORT", "localhost:PORT"] {
+        let port = crate::http::free_port();
+        let address = form.replace("PORT", &port.to_string());
+        let mut child = tokio::process::Command::new(binary())
+            .args(["serve", "--http", &address])
+            .current_dir(dir.path())
+            .env_remove("PTC_MCP_CONFIG")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let listening =
+            eventually(Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+        // SAFETY: kill with the pid of a child we own.
+        unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("it stops").unwrap();
+        let stderr = read_rest(child.stderr.as_mut().unwrap()).await;
+        assert!(listening, "--http {address} did not listen on 127.0.0.1:{port}: {stderr}");
+        assert_eq!(status.code(), Some(0), "--http {address}: {stderr}");
+    }
+    for wrong in ["localhost", "example.com:8765", "70000"] {
+        let out = shell_in(dir.path(), &["serve", "--http", wrong], "").await;
+        assert_eq!(out.status, Some(2), "{wrong}: {}", out.stderr);
+        let forms = "give PORT (on 127.0.0.1), localhost:PORT, or ADDR:PORT with an IP address";
+        assert!(out.stderr.contains(&format!("'{wrong}' is not an address to listen on: {forms}")), "{}", out.stderr);
+    }
+}
+
+#[apply(integration_test!)]
 async fn the_config_comes_from_the_flag_or_the_environment_for_every_command() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("elsewhere.yaml");
