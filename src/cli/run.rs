@@ -1,5 +1,5 @@
 //! `ptc-mcp run FILE|-`: one program through the same engine and sandbox as `execute_program`, with one
-//! runner (no pool kept ready) and only the servers it names waited for. Its output is shown as it arrives;
+//! runner (see [`with_app`]) and only the servers it names waited for. Its output is shown as it arrives;
 //! once the run is over follows the `execute_program` text less that output, so nothing shows twice.
 
 use std::io::Read;
@@ -36,10 +36,7 @@ pub async fn run(config: &Config, file: &Path) -> u8 {
         }
     };
     let servers = servers_named(config, &precheck::tools_named(&code));
-    let mut config = config.clone();
-    // One program needs one runner: none kept ready for a next one.
-    config.execution.pool_size = 0;
-    with_app(&config, async |app, stop| {
+    with_app(config, async |app, stop| {
         tokio::select! {
             () = wait_for(app, &servers) => {}
             () = stop.cancelled() => return INTERRUPTED,

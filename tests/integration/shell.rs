@@ -262,6 +262,28 @@ async fn run_shows_output_as_it_arrives_with_one_runner_and_stops_cleanly_on_ctr
 }
 
 #[apply(integration_test!)]
+async fn check_starts_no_runner_for_a_pool() {
+    if sandbox_under_test() == "docker" {
+        return skip("under docker a runner is a container, not a process to count");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let slow = mock_server("slow", &["--first-answer-delay", "3600"]);
+    std::fs::write(dir.path().join("config.yaml"), config(&[slow], "  pool_size: 2\n")).unwrap();
+    let mut child = interactive_in(dir.path(), &tmp, &["check"]);
+    let mut stdout = child.stdout.take().unwrap();
+    // The sandbox is probed (where a pool would start filling), then check waits for the slow server.
+    let probed = read_until(&mut stdout, "\nsandbox ").await;
+    assert!(probed.contains("\nsandbox "), "{probed}");
+    assert!(!eventually(Duration::from_secs(5), || !runners_under(&tmp).is_empty()).await, "{:?}", runners_under(&tmp));
+    interrupt(&child);
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("it ends").unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_nothing_left(&tmp).await;
+}
+
+#[apply(integration_test!)]
 async fn run_shows_every_line_of_a_flood_once_in_order_however_slowly_stdout_is_read() {
     if sandbox_under_test() == "docker" {
         return skip("under docker a runner is a container: its end is not a process to watch");
