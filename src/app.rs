@@ -8,7 +8,7 @@ use std::time::Duration;
 use ptc_backends::BackendSettings;
 
 use crate::audit::AuditLog;
-use crate::config::Config;
+use crate::config::{Config, ServerConfig};
 use crate::engine::{ConfirmPolicy, Engine};
 use crate::registry::Registry;
 
@@ -65,6 +65,13 @@ impl App {
     /// commands that start cold and want the whole picture.
     pub async fn wait_for_servers(&self) {
         self.registry.wait_for_first_attempts(self.longest_connect + SETTLE_MARGIN).await;
+    }
+
+    /// [`App::wait_for_servers`] for these servers only.
+    pub async fn wait_for_these_servers(&self, servers: &[&ServerConfig]) {
+        let longest_connect = servers.iter().map(|server| server.connect_timeout()).max().unwrap_or_default();
+        let names = servers.iter().map(|server| server.name.clone()).collect();
+        self.registry.wait_for_first_attempts_of(&names, longest_connect + SETTLE_MARGIN).await;
     }
 
     /// Stops runs under way and cleans up after them and the sandbox, then stops the downstream servers, so

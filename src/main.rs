@@ -1,5 +1,6 @@
 //! The `ptc-mcp` binary: parse the command line, load the config, and serve MCP or run a shell command.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,7 +12,8 @@ use ptc_mcp::serve;
 /// Programmatic tool calling for any MCP client: the model writes one Python program, ptc-mcp runs it in a
 /// sandboxed interpreter where every downstream MCP tool is an async function, and only what the program
 /// prints comes back. Without a command it serves MCP over stdio. Results go to stdout; logs go to stderr
-/// (level from RUST_LOG, default info).
+/// (level from RUST_LOG; default info, or warn for check, tools, run and the sandbox commands when stderr is a
+/// terminal).
 #[derive(Debug, Parser)]
 #[command(name = "ptc-mcp", version)]
 struct Cli {
@@ -35,8 +37,9 @@ enum Command {
     /// several clients (see serve.http in the config: token, allowed_origins, max_concurrent_runs, and the
     /// bounds on connections and sessions).
     Serve {
-        /// Listen on this address, e.g. 127.0.0.1:8765. Needs serve.http.token (e.g. token: ${PTC_MCP_TOKEN}).
-        #[arg(long, value_name = "ADDR:PORT")]
+        /// Listen on this address: PORT (on 127.0.0.1), localhost:PORT, or ADDR:PORT (e.g. 0.0.0.0:8765).
+        /// Needs serve.http.token (e.g. token: ${PTC_MCP_TOKEN}).
+        #[arg(long, value_name = "[ADDR:]PORT", value_parser = cli::listen_address)]
         http: Option<std::net::SocketAddr>,
     },
     /// Validate the config, probe the sandbox and connect every server (waiting up to its
@@ -55,9 +58,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run one program (a file, or - for stdin) through the same engine and sandbox as execute_program and
-    /// print exactly its text. Exit status 0 on success, 1 when the run failed (Ctrl-C or SIGTERM stops it), 2
-    /// on a config or sandbox error.
+    /// Run one program (a file, or - for stdin) through the same engine and sandbox as execute_program,
+    /// waiting only for the servers whose tools it names (all of them if it lists or inspects tools). Its
+    /// output shows as it arrives; then the rest of the execute_program text (all of it less that output).
+    /// Exit status 0 on success, 1 when the run failed, 2 on a config or sandbox error, 130 when Ctrl-C or
+    /// SIGTERM stopped it.
     Run {
         #[arg(value_name = "FILE|-")]
         file: PathBuf,
@@ -77,7 +82,7 @@ fn main() -> ExitCode {
     ptc_backends::run_helper_if_requested(&args);
     return_large_buffers_at_once();
     let cli = Cli::parse_from(args);
-    init_logging();
+    init_logging(default_log_level(&cli));
     let (config, source) = match Config::load(cli.config.as_deref()) {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -124,18 +129,26 @@ fn runtime_for(command: Option<&Command>) -> std::io::Result<tokio::runtime::Run
     }
 }
 
-fn init_logging() {
+/// `warn` for a shell command whose logs go to a terminal, where they would mix with what it prints (`RUST_LOG`
+/// still rules); `info` for the servers, whose logs are a record.
+fn default_log_level(cli: &Cli) -> &'static str {
+    let serves = matches!(cli.command, None | Some(Command::Serve { .. })) && cli.check_sandbox.is_none();
+    if !serves && std::io::stderr().is_terminal() { "warn" } else { "info" }
+}
+
+fn init_logging(level: &str) {
     // rmcp's HTTP worker logs every failed connection attempt at ERROR, with the full URL (whose query may
     // hold a secret); the registry already says why a server is unavailable, once per distinct reason. So
     // it stays off unless RUST_LOG names it.
     const WORKER: &str = "rmcp::transport::worker";
+    let default = format!("{level},rmcp=warn");
     let mut directives =
-        std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| "info,rmcp=warn".to_string());
+        std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.clone());
     if !directives.contains(WORKER) {
         directives.push_str(&format!(",{WORKER}=off"));
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,rmcp=warn,{WORKER}=off")));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},{WORKER}=off")));
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_ansi(false).init();
 }
 

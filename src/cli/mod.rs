@@ -10,12 +10,14 @@ use crate::app::{App, SHUTDOWN_LIMIT};
 use crate::config::Config;
 
 mod check;
+mod listen;
 mod run;
 mod sandbox;
 mod sandbox_profile;
 mod tools;
 
 pub use check::check;
+pub use listen::{NotAnAddress, listen_address};
 pub use run::run;
 pub use sandbox::check_sandbox;
 pub use sandbox_profile::sandbox_profile;
@@ -31,9 +33,12 @@ pub const CONFIG_ERROR: u8 = 2;
 pub const INTERRUPTED: u8 = 130;
 
 /// Starts the servers and the sandbox, runs `command` with them and a token cancelled on SIGINT or SIGTERM
-/// (each command decides what stopping early means for it), then shuts everything down.
+/// (each command decides what stopping early means for it), then shuts everything down. No runner is kept
+/// ready (`execution.pool_size`): a command runs one program at most.
 async fn with_app(config: &Config, command: impl AsyncFnOnce(&App, &CancellationToken) -> u8) -> u8 {
-    let app = match App::start(config, None) {
+    let mut config = config.clone();
+    config.execution.pool_size = 0;
+    let app = match App::start(&config, None) {
         Ok(app) => app,
         Err(e) => {
             print_err(&format!("ptc-mcp: {e}\n"));

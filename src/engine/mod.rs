@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ptc_backends::{Availability, SandboxBackend, SpawnRequest};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
@@ -52,6 +52,18 @@ impl std::fmt::Debug for dyn Approver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Approver")
     }
+}
+
+/// What a run from the shell (`ptc-mcp run`) asks beyond an MCP client's.
+#[derive(Debug, Default)]
+pub struct RunOptions {
+    /// Gets the program's output as it arrives, in chunks (the report still has what it keeps of it).
+    /// While the channel is full, the program's output waits, as at a pipe; once it is closed, the rest
+    /// goes only to the report.
+    pub printed: Option<mpsc::Sender<String>>,
+    /// The caller has already waited for the servers the program needs: the run does not wait for those
+    /// still making their first connection.
+    pub servers_awaited: bool,
 }
 
 /// How far a run is: tool calls finished so far (never decreasing), and the last one's tool.
@@ -147,9 +159,14 @@ impl Engine {
     /// Runs `code` to the end, a failure, the time limit, or the caller's cancel; logs one line about it and
     /// appends its record to the audit file.
     pub async fn execute(&self, code: &str, caller: Caller) -> RunReport {
+        self.execute_with(code, caller, RunOptions::default()).await
+    }
+
+    /// [`Engine::execute`], with what a run from the shell asks.
+    pub async fn execute_with(&self, code: &str, caller: Caller, options: RunOptions) -> RunReport {
         let _running = self.runs.token();
         let started = record::Started::now(caller.session.clone());
-        let report = self.run(code, caller).await;
+        let report = self.run(code, caller, options).await;
         let record = started.finish(code, self.sandbox.kind().resolve_auto(), &report, self.settings.trace);
         record.log();
         if let Some(audit) = &self.audit {
@@ -160,8 +177,9 @@ impl Engine {
 
     /// The run, every phase of it raced against one expiry: the time limit, the client's cancel and the
     /// server's shutdown.
-    async fn run(&self, code: &str, caller: Caller) -> RunReport {
+    async fn run(&self, code: &str, caller: Caller, options: RunOptions) -> RunReport {
         let Caller { cancel, progress, approver, .. } = caller;
+        let RunOptions { printed, servers_awaited } = options;
         let allowance = self.confirm.as_ref().map_or(Duration::ZERO, |policy| policy.timeout);
         let expiry = Expiry::new(self.settings.timeout(), allowance, cancel, self.stopping.clone());
         let _slot = match &self.gate {
@@ -175,7 +193,11 @@ impl Engine {
         let (sandbox, registry) = (Arc::clone(&self.sandbox), Arc::clone(&self.registry));
         // On a task of its own, so that the expiry is watched even while a backend's start holds its thread;
         // dropped (its runner killed) when the run ends first.
-        let preparation = AbortOnDropHandle::new(tokio::spawn(async move { sandbox.prepare(&registry, phase).await }));
+        let first_connections = !servers_awaited;
+        let preparation =
+            AbortOnDropHandle::new(tokio::spawn(
+                async move { sandbox.prepare(&registry, first_connections, phase).await },
+            ));
         let Prepared { runner, lease: _lease } = match expiry.race(preparation).await {
             Ok(Ok(Ok(prepared))) => prepared,
             Ok(Ok(Err(unprepared))) => {
@@ -194,6 +216,7 @@ impl Engine {
             code,
             expiry,
             progress,
+            printed,
             approval: self.confirm.clone().map(|policy| approval::Approval { policy, approver }),
             cleanups: &self.cleanups,
         };

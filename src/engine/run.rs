@@ -61,6 +61,8 @@ pub(super) struct RunContext<'a> {
     pub expiry: Expiry,
     /// Told each time a tool call finishes.
     pub progress: Option<watch::Sender<RunProgress>>,
+    /// Gets the program's output as it arrives (see `RunOptions::printed`).
+    pub printed: Option<mpsc::Sender<String>>,
     /// Which calls need approval, and who is asked.
     pub approval: Option<Approval>,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
@@ -187,10 +189,17 @@ async fn serve(
                 }
                 exited = Some((info, tokio::time::Instant::now() + EXIT_GRACE));
             }
-            () = sleep_until_some(exited.as_ref().map(|(_, grace)| *grace)) => {
+            () = sleep_until_some(exited.as_ref().map(|(_, grace)| *grace)), if run.printed_has_room() => {
                 break Ending::Exited(exited.take().map(|(info, _)| info).expect("set with the grace"));
             }
-            read = reader.next_line(), if channel_open && run.can_take_work() => match read {
+            () = room_in(run.printed.as_ref()), if !run.printed_has_room() => {
+                // The runner's last lines wait in the channel for our caller, not for the runner: their grace
+                // starts again.
+                if let Some((_, grace)) = &mut exited {
+                    *grace = tokio::time::Instant::now() + EXIT_GRACE;
+                }
+            }
+            read = reader.next_line(), if channel_open && run.can_take_work() && run.printed_has_room() => match read {
                 Ok(Line::Complete(line)) => {
                     let message = FromRunner::parse(line);
                     reader.release();
@@ -232,6 +241,7 @@ struct RunState<'a> {
     /// Shared with the call tasks, which record a call's end before its result is handed to the program.
     trace: Arc<Mutex<Trace>>,
     progress: Option<watch::Sender<RunProgress>>,
+    printed: Option<mpsc::Sender<String>>,
     approval: Option<Arc<Approval>>,
     expiry: Expiry,
     /// Call tasks and helper answers under way.
@@ -252,6 +262,7 @@ impl<'a> RunState<'a> {
             error: None,
             trace: Arc::default(),
             progress: cx.progress.clone(),
+            printed: cx.printed.clone(),
             approval: cx.approval.clone().map(Arc::new),
             expiry: cx.expiry.clone(),
             work: JoinSet::new(),
@@ -267,6 +278,22 @@ impl<'a> RunState<'a> {
         self.work.len() < self.settings.max_concurrent_calls + QUEUED_WORK
     }
 
+    /// Whether output the caller reads as it arrives can be passed on now: the runner is read only then, so
+    /// a caller that reads slowly holds up the program's output as a pipe would.
+    fn printed_has_room(&self) -> bool {
+        self.printed.as_ref().is_none_or(|printed| printed.capacity() > 0 || printed.is_closed())
+    }
+
+    /// Passes output on to the caller who reads it as it arrives; once that caller is gone, to nobody.
+    fn pass_on(&mut self, data: &str) {
+        // Never full: the runner is read only while there is room.
+        if let Some(printed) = &self.printed
+            && printed.try_send(data.to_string()).is_err()
+        {
+            self.printed = None;
+        }
+    }
+
     fn trace(&self) -> std::sync::MutexGuard<'_, Trace> {
         self.trace.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -278,7 +305,10 @@ impl<'a> RunState<'a> {
     /// Answers one message from the runner. `Err` means the message breaks the protocol.
     fn handle(&mut self, message: FromRunner) -> Result<(), Breach> {
         match message {
-            FromRunner::Output { data } => self.output.push(&data),
+            FromRunner::Output { data } => {
+                self.pass_on(&data);
+                self.output.push(&data);
+            }
             FromRunner::Emit { value } => {
                 let size = json_size(&value);
                 if size > self.settings.max_output_bytes {
@@ -517,6 +547,13 @@ fn gather(parts: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         }
     }
     chunks
+}
+
+/// Resolves once `printed` has room (or is closed).
+async fn room_in(printed: Option<&mpsc::Sender<String>>) {
+    if let Some(printed) = printed {
+        let _ = printed.reserve().await;
+    }
 }
 
 async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {

@@ -93,8 +93,14 @@ impl Sandbox {
         availability
     }
 
-    /// Prepares a run, saying in `phase` what it waits for; as long as the caller waits.
-    pub async fn prepare(&self, registry: &Registry, phase: watch::Sender<Preparing>) -> Result<Prepared, Unprepared> {
+    /// Prepares a run, saying in `phase` what it waits for; as long as the caller waits. With
+    /// `first_connections`, it also waits for servers making their first connection (see [`FIRST_CONNECT_WAIT`]).
+    pub async fn prepare(
+        &self,
+        registry: &Registry,
+        first_connections: bool,
+        phase: watch::Sender<Preparing>,
+    ) -> Result<Prepared, Unprepared> {
         if let Availability::Unavailable { reason } = self.availability().await {
             return Err(Unprepared::Unavailable { kind: self.kind(), reason });
         }
@@ -106,7 +112,12 @@ impl Sandbox {
             phase.send_replace(Preparing::Servers);
             runner
         };
-        let (runner, ()) = tokio::join!(runner, registry.wait_for_first_attempts(FIRST_CONNECT_WAIT));
+        let servers = async {
+            if first_connections {
+                registry.wait_for_first_attempts(FIRST_CONNECT_WAIT).await;
+            }
+        };
+        let (runner, ()) = tokio::join!(runner, servers);
         Ok(Prepared { runner: runner?, lease })
     }
 

@@ -10,8 +10,12 @@
 //! program it cannot parse) counts as unproven. So skipping the runner's check never lets through a mistake
 //! that check would have reported, and a program is never rejected here: this side only ever says "sound"
 //! or "ask the runner".
+//!
+//! The same parse tells `ptc-mcp run` which tools a program names ([`tools_named`]), so that it waits only for
+//! their servers.
 
 mod literal;
+mod named;
 #[cfg(test)]
 mod properties;
 mod walk;
@@ -30,6 +34,7 @@ use unicode_normalization::UnicodeNormalization;
 
 use crate::naming::PREFIX;
 use crate::registry::Catalog;
+pub use named::ToolsNamed;
 
 /// Larger programs are left to the runner. The parse's recursion (and the syntax tree's depth) is bounded by
 /// the program's length, so this bound keeps it inside [`STACK_BYTES`]; and some hostile shapes parse in time
@@ -69,6 +74,24 @@ fn check_on_own_thread(code: &str, catalog: &Arc<Catalog>) -> std::io::Result<on
         let _ = answer.send(sound);
     })?;
     Ok(verdict)
+}
+
+/// The tools `code` names (see [`ToolsNamed`]), read on a thread of its own with the stack a parse needs.
+/// Blocks until it is read: for a command that reads one program before it starts anything.
+pub fn tools_named(code: &str) -> ToolsNamed {
+    if code.len() > MAX_PROGRAM_BYTES {
+        return ToolsNamed::Any;
+    }
+    let code = code.to_owned();
+    let thread = std::thread::Builder::new()
+        .name("ptc-precheck".into())
+        .stack_size(STACK_BYTES)
+        .spawn(move || named::tools_named(&code));
+    match thread.map(|thread| thread.join()) {
+        Ok(Ok(named)) => named,
+        // No thread, or a parser bug: what the program names is unknown.
+        _ => ToolsNamed::Any,
+    }
 }
 
 /// [`proves_sound`] on the calling thread (for tests: the longest programs need a stack like [`STACK_BYTES`]).

@@ -153,6 +153,17 @@ impl Registry {
         let _ = tokio::time::timeout_at(until, settled.wait_for(|n| *n >= total)).await;
     }
 
+    /// [`Registry::wait_for_first_attempts`] for the servers named in `names` only.
+    pub async fn wait_for_first_attempts_of(&self, names: &std::collections::BTreeSet<String>, limit: Duration) {
+        let mut settled = self.settled.subscribe();
+        let until = tokio::time::Instant::from_std(self.started + limit);
+        let all_settled = |_: &usize| {
+            let mut named = self.servers.iter().filter(|server| names.contains(&server.config.name));
+            named.all(|server| server.settled_after.get().is_some())
+        };
+        let _ = tokio::time::timeout_at(until, settled.wait_for(all_settled)).await;
+    }
+
     /// One sentence for each server that is not connected: `server 'x' is starting (for 12s so far)` or
     /// `server 'x' is unavailable: <reason>`.
     pub fn unavailable(&self) -> Vec<String> {
