@@ -18,15 +18,18 @@ pub async fn serve_stdio(config: Config, source: ConfigSource) -> u8 {
     super::reopen_on_hangup(app.audit.clone());
     super::announce(&app, &config, &source, "stdio".to_string());
     let transport = super::stdio_transport::StdioTransport::new(tokio::io::stdin(), tokio::io::stdout());
+    let input_ended = transport.input_ended();
     let serving = PtcServer::new(app.registry.clone(), app.engine.clone(), source.into()).serve(transport);
     tokio::select! {
         served = serving => match served {
             Ok(server) => {
                 // The session lives on in its own task until the shutdown below has ended the runs, so that they
-                // end as stopped by the server (and answered), not as cancelled by a vanished client.
+                // end as stopped by the server (and answered), not as cancelled by a vanished client. The end of
+                // stdin starts the shutdown at once: rmcp would wait up to 5 s for the requests in hand first.
                 let session = tokio::spawn(server.waiting());
                 tokio::select! {
                     _ = session => {}
+                    () = input_ended.cancelled() => {}
                     () = super::stop_requested() => {}
                 }
             }

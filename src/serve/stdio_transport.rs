@@ -10,6 +10,7 @@ use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use super::undecodable::{Undecodable, decode};
 use crate::lines::{Line, LineReader};
@@ -23,11 +24,23 @@ pub struct StdioTransport<R, W> {
     reader: LineReader<R>,
     /// Shared with the futures `send` returns (they must be `'static`); `None` once closed.
     writer: Arc<Mutex<Option<W>>>,
+    /// Cancelled when stdin ends: the server stops then, without waiting for rmcp to give up on the
+    /// requests still in hand.
+    ended: CancellationToken,
 }
 
 impl<R: AsyncRead + Unpin, W> StdioTransport<R, W> {
     pub fn new(reader: R, writer: W) -> Self {
-        StdioTransport { reader: LineReader::new(reader, MAX_LINE), writer: Arc::new(Mutex::new(Some(writer))) }
+        StdioTransport {
+            reader: LineReader::new(reader, MAX_LINE),
+            writer: Arc::new(Mutex::new(Some(writer))),
+            ended: CancellationToken::new(),
+        }
+    }
+
+    /// Cancelled once stdin has ended (or failed).
+    pub fn input_ended(&self) -> CancellationToken {
+        self.ended.clone()
     }
 }
 
@@ -57,9 +70,13 @@ where
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
             let undecodable = match self.reader.next_line().await {
-                Ok(Line::End) => return None,
+                Ok(Line::End) => {
+                    self.ended.cancel();
+                    return None;
+                }
                 Err(e) => {
                     tracing::error!("stdin: {e}");
+                    self.ended.cancel();
                     return None;
                 }
                 Ok(Line::TooLong { len, id }) => Undecodable::too_long(len, MAX_LINE, id),

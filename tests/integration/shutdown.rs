@@ -108,6 +108,21 @@ async fn a_signal_during_a_shutdown_begun_by_stdin_closing_ends_it_at_once() {
     assert!(shutting_down, "{}", log());
 }
 
+#[apply(integration_test!)]
+async fn closing_stdin_stops_the_runs_under_way_at_once_as_a_signal_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let Ptc { client, mut child, dir: logs } = hung_server(dir.path()).await;
+    let closed = Instant::now();
+    drop(client.cancel().await);
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await.expect("it exits").unwrap();
+    let took = closed.elapsed();
+    let log = std::fs::read_to_string(logs.path().join("ptc.log")).unwrap_or_default();
+    assert!(took < SHUTDOWN_LIMIT, "the shutdown took {took:?}\n{log}");
+    // Stopped by the server's shutdown, not cancelled after rmcp's 5 s wait for the requests in hand.
+    assert!(log.contains(r#"outcome="killed""#) && !log.contains("timed out draining"), "{log}");
+    assert!(status.success(), "{status}");
+}
+
 const TOKEN: &str = "shutdown-test-token";
 
 /// Sends one MCP POST over a fresh connection (in the session, if given) and returns the connection with
