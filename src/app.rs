@@ -26,7 +26,7 @@ const SETTLE_MARGIN: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("config error: {0}")]
-    Config(String),
+    Config(#[source] crate::config::InvalidConfig),
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
     #[error("cannot find its own executable (needed to start sandboxes): {0}")]

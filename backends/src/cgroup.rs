@@ -24,10 +24,29 @@ pub struct CgroupParent {
     memory: bool,
 }
 
-/// The server's cgroup, looked for once: `Err` says why runs get no cgroup of their own.
-pub fn parent() -> Result<&'static CgroupParent, &'static str> {
-    static PARENT: OnceLock<Result<CgroupParent, String>> = OnceLock::new();
-    PARENT.get_or_init(CgroupParent::find).as_ref().map_err(String::as_str)
+/// Why runs get no cgroup of their own.
+#[derive(Debug, thiserror::Error)]
+pub enum NoCgroup {
+    #[error("{path}: {source}")]
+    Unreadable {
+        path: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no cgroup v2 hierarchy is mounted")]
+    NoHierarchy,
+    #[error("cannot create cgroups in {}: {source}", dir.display())]
+    NotPermitted {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The server's cgroup, looked for once.
+pub fn parent() -> Result<&'static CgroupParent, &'static NoCgroup> {
+    static PARENT: OnceLock<Result<CgroupParent, NoCgroup>> = OnceLock::new();
+    PARENT.get_or_init(CgroupParent::find).as_ref()
 }
 
 /// A cgroup for one run, if this server can make one (a failure to make it is logged: the run goes on with
@@ -46,16 +65,15 @@ pub fn describe() -> String {
 }
 
 impl CgroupParent {
-    fn find() -> Result<CgroupParent, String> {
-        let mountinfo =
-            std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-        let cgroup = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
-        let dir = own_cgroup_dir(&mountinfo, &cgroup).ok_or("no cgroup v2 hierarchy is mounted")?;
+    fn find() -> Result<CgroupParent, NoCgroup> {
+        let read = |path| std::fs::read_to_string(path).map_err(|source| NoCgroup::Unreadable { path, source });
+        let (mountinfo, cgroup) = (read("/proc/self/mountinfo")?, read("/proc/self/cgroup")?);
+        let dir = own_cgroup_dir(&mountinfo, &cgroup).ok_or(NoCgroup::NoHierarchy)?;
         // May we make children here? (Root, or a subtree delegated to our user.)
         let probe = dir.join(format!("ptc-{}-probe", std::process::id()));
-        std::fs::create_dir(&probe)
-            .and_then(|()| std::fs::remove_dir(&probe))
-            .map_err(|e| format!("cannot create cgroups in {}: {e}", dir.display()))?;
+        if let Err(source) = std::fs::create_dir(&probe).and_then(|()| std::fs::remove_dir(&probe)) {
+            return Err(NoCgroup::NotPermitted { dir, source });
+        }
         remove_leftovers(&dir);
         let mut parent = CgroupParent { dir, pids: false, memory: false };
         for controller in ["pids", "memory"] {
@@ -262,6 +280,25 @@ mod tests {
         assert_eq!(own_cgroup_dir(subtree, "0::/docker/abc/run\n"), Some(PathBuf::from("/sys/fs/cgroup/run")));
         assert_eq!(own_cgroup_dir(HYBRID.lines().next().unwrap(), cgroup), None, "no cgroup2 mount");
         assert_eq!(own_cgroup_dir(HYBRID, "4:memory:/x\n"), None, "no v2 membership");
+    }
+
+    #[test]
+    fn why_there_is_no_cgroup_names_the_place_and_the_cause() {
+        let denied = NoCgroup::NotPermitted {
+            dir: PathBuf::from("/sys/fs/cgroup/unified/"),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        };
+        assert_eq!(
+            denied.to_string(),
+            "cannot create cgroups in /sys/fs/cgroup/unified/: Permission denied (os error 13)"
+        );
+        let unreadable =
+            NoCgroup::Unreadable { path: "/proc/self/cgroup", source: std::io::Error::from_raw_os_error(libc::ENOENT) };
+        assert_eq!(unreadable.to_string(), "/proc/self/cgroup: No such file or directory (os error 2)");
+        assert_eq!(NoCgroup::NoHierarchy.to_string(), "no cgroup v2 hierarchy is mounted");
+        // The cause stays an error of its own, not only words.
+        let source = std::error::Error::source(&denied).and_then(|e| e.downcast_ref::<std::io::Error>());
+        assert_eq!(source.map(std::io::Error::kind), Some(std::io::ErrorKind::PermissionDenied));
     }
 
     #[test]

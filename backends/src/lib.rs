@@ -32,7 +32,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use docker::{DockerBackend, DockerSettings};
+pub use docker::{DockerBackend, DockerSettings, DockerSettingsError};
 pub use kind::SandboxKind;
 pub use landlock::LandlockBackend;
 pub use limits::Limits;

@@ -2,6 +2,7 @@
 //! few additions), and strict validation whose errors name the key and say what is expected.
 
 mod budget;
+mod error;
 mod expand;
 mod logging;
 #[cfg(test)]
@@ -17,26 +18,15 @@ pub use ptc_backends::{DockerSettings, Limits, SandboxKind};
 use serde::Deserialize;
 
 use crate::naming::identifier_part;
+pub use error::{BadSeconds, ConfigError, InvalidConfig};
 pub use expand::ExpandError;
-pub use logging::LoggingConfig;
-pub use serve::{HttpConfig, Origin, Secret, ServeConfig};
+pub use logging::{LoggingConfig, LoggingError};
+pub use serve::{HttpConfig, HttpConfigError, Origin, Secret, ServeConfig};
 
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_ENV: &str = "PTC_MCP_CONFIG";
 /// Looked for in the working directory when neither `--config` nor the variable is given.
 pub const DEFAULT_CONFIG_FILE: &str = "config.yaml";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("config {path}: {message}")]
-    Invalid { path: String, message: String },
-}
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -241,21 +231,22 @@ impl Config {
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
         let lookup = |name: &str| std::env::var(name).ok();
         let config = Config::parse(&text, &lookup)
-            .map_err(|message| ConfigError::Invalid { path: path.display().to_string(), message })?;
+            .map_err(|problem| ConfigError::Invalid { path: path.display().to_string(), problem: Box::new(problem) })?;
         Ok((config, ConfigSource::File(path)))
     }
 
-    /// Parses and validates config text, expanding `${VAR}` with `lookup`. The error is one line that names
-    /// the key.
-    pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
-        budget::check(text).map_err(|e| e.to_string())?;
-        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+    /// Parses and validates config text, expanding `${VAR}` with `lookup`. The error shows as one line that
+    /// names the key.
+    pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, InvalidConfig> {
+        budget::check(text).map_err(InvalidConfig::Document)?;
+        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(InvalidConfig::Document)?;
         if document.is_null() {
             return Ok(Config::default());
         }
         let mut config: Config = serde_path_to_error::deserialize(document).map_err(|e| {
             let path = e.path().to_string();
-            if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
+            let source = e.into_inner();
+            if path == "." { InvalidConfig::Document(source) } else { InvalidConfig::Value { path, source } }
         })?;
         config.validate()?;
         config.expand_variables(lookup)?;
@@ -265,36 +256,42 @@ impl Config {
         Ok(config)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidConfig> {
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
         for (i, server) in self.servers.iter().enumerate() {
             let key = format!("servers[{i}]");
             server.validate(&key)?;
-            if let Some(other) = seen.insert(identifier_part(&server.name), &server.name) {
-                return Err(format!(
-                    "{key}.name: '{}' and '{other}' both map to the tool prefix 'mcp__{}__'; rename one",
-                    server.name,
-                    identifier_part(&server.name)
-                ));
+            let prefix = identifier_part(&server.name);
+            if let Some(other) = seen.insert(prefix.clone(), &server.name) {
+                return Err(InvalidConfig::SamePrefix {
+                    key,
+                    name: server.name.clone(),
+                    other: other.to_string(),
+                    prefix,
+                });
             }
         }
         if self.tools.allow.is_some() && self.tools.block.is_some() {
-            return Err("tools: 'allow' and 'block' are mutually exclusive; use one of them".to_string());
+            return Err(InvalidConfig::AllowAndBlock);
         }
         self.tools.filter()?;
         self.tools.confirm_set()?;
         check_seconds("tools.confirm_timeout_seconds", self.tools.confirm_timeout_seconds)?;
         self.execution.validate()?;
         self.serve.http.validate()?;
-        self.logging.validate().map_err(|e| e.to_string())
+        Ok(self.logging.validate()?)
     }
 
-    fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), InvalidConfig> {
         self.serve.http.expand_token(lookup)?;
         for server in &mut self.servers {
             let name = server.name.clone();
             let expand_one = |key: &str, text: &str| {
-                expand::expand(text, lookup).map_err(|e| format!("servers '{name}' {key}: {e}"))
+                expand::expand(text, lookup).map_err(|source| InvalidConfig::Variable {
+                    server: name.clone(),
+                    key: key.to_string(),
+                    source,
+                })
             };
             if let Some(command) = &server.command {
                 server.command = Some(expand_one("command", command)?);
@@ -318,9 +315,9 @@ impl ServerConfig {
         Duration::from_secs_f64(self.connect_timeout_seconds)
     }
 
-    fn validate(&self, key: &str) -> Result<(), String> {
+    fn validate(&self, key: &str) -> Result<(), InvalidConfig> {
         if self.name.trim().is_empty() {
-            return Err(format!("{key}.name: must not be empty"));
+            return Err(InvalidConfig::EmptyName { key: key.to_string() });
         }
         let key = format!("{key} ('{}')", self.name);
         check_seconds(&format!("{key}.connect_timeout_seconds"), self.connect_timeout_seconds)?;
@@ -328,17 +325,17 @@ impl ServerConfig {
         match self.transport {
             TransportKind::Stdio => {
                 if self.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
-                    return Err(format!("{key}.command: required for transport stdio"));
+                    return Err(InvalidConfig::Required { key, field: "command", transport });
                 }
                 for (field, set) in [("url", self.url.is_some()), ("headers", !self.headers.is_empty())] {
                     if set {
-                        return Err(format!("{key}.{field}: only for transports http and sse, not {transport}"));
+                        return Err(InvalidConfig::OnlyRemote { key, field, transport });
                     }
                 }
             }
             TransportKind::Http | TransportKind::Sse => {
                 if self.url.as_deref().is_none_or(|u| u.trim().is_empty()) {
-                    return Err(format!("{key}.url: required for transport {transport}"));
+                    return Err(InvalidConfig::Required { key, field: "url", transport });
                 }
                 for (field, set) in [
                     ("command", self.command.is_some()),
@@ -346,7 +343,7 @@ impl ServerConfig {
                     ("env", !self.env.is_empty()),
                 ] {
                     if set {
-                        return Err(format!("{key}.{field}: only for transport stdio, not {transport}"));
+                        return Err(InvalidConfig::OnlyStdio { key, field, transport });
                     }
                 }
             }
@@ -371,25 +368,23 @@ const RESERVED_HEADERS: &[&str] = &[
 impl ServerConfig {
     /// Checks `url` and `headers` of an `http`/`sse` server once variables are expanded. Errors name the
     /// header, never its value (it is usually a secret).
-    fn validate_remote(&self, key: &str) -> Result<(), String> {
+    fn validate_remote(&self, key: &str) -> Result<(), InvalidConfig> {
         let Some(url) = &self.url else { return Ok(()) };
         match reqwest::Url::parse(url) {
             Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {}
-            Ok(_) => return Err(format!("{key}.url: must be an http:// or https:// URL")),
-            Err(e) => return Err(format!("{key}.url: not a valid URL ({e})")),
+            Ok(_) => return Err(InvalidConfig::UrlScheme { key: key.to_string() }),
+            Err(source) => return Err(InvalidConfig::Url { key: key.to_string(), source }),
         }
         for (name, value) in &self.headers {
+            let (key, name) = (key.to_string(), name.clone());
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(format!("{key}.headers: '{name}' is not a valid HTTP header name"));
+                return Err(InvalidConfig::HeaderName { key, name });
             }
             if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-                return Err(format!("{key}.headers.{name}: set by ptc-mcp itself for this transport; remove it"));
+                return Err(InvalidConfig::ReservedHeader { key, name });
             }
             if reqwest::header::HeaderValue::from_str(&value.as_text()).is_err() {
-                return Err(format!(
-                    "{key}.headers.{name}: the value (after ${{VAR}} expansion) is not a valid HTTP header value \
-                     (line breaks or control characters?)"
-                ));
+                return Err(InvalidConfig::HeaderValue { key, name });
             }
         }
         Ok(())
@@ -421,7 +416,7 @@ impl ToolFilter {
 
 impl ToolsConfig {
     /// The tools whose calls need the user's approval (`tools.confirm`).
-    pub fn confirm_set(&self) -> Result<GlobSet, String> {
+    pub fn confirm_set(&self) -> Result<GlobSet, InvalidConfig> {
         globs("confirm", &self.confirm)
     }
 
@@ -429,7 +424,7 @@ impl ToolsConfig {
         Duration::from_secs_f64(self.confirm_timeout_seconds)
     }
 
-    pub fn filter(&self) -> Result<ToolFilter, String> {
+    pub fn filter(&self) -> Result<ToolFilter, InvalidConfig> {
         match (&self.allow, &self.block) {
             (Some(allow), _) => Ok(ToolFilter::Allow(globs("allow", allow)?)),
             (None, Some(block)) => Ok(ToolFilter::Block(globs("block", block)?)),
@@ -439,17 +434,22 @@ impl ToolsConfig {
 }
 
 /// The glob patterns under `tools.<key>`, compiled; the error names the pattern.
-fn globs(key: &str, patterns: &[String]) -> Result<GlobSet, String> {
+fn globs(key: &'static str, patterns: &[String]) -> Result<GlobSet, InvalidConfig> {
     let mut builder = GlobSetBuilder::new();
-    for (i, pattern) in patterns.iter().enumerate() {
-        let glob = Glob::new(pattern).map_err(|e| format!("tools.{key}[{i}]: bad glob '{pattern}': {e}"))?;
+    for (index, pattern) in patterns.iter().enumerate() {
+        let glob = Glob::new(pattern).map_err(|source| InvalidConfig::Glob {
+            key,
+            index,
+            pattern: pattern.clone(),
+            source,
+        })?;
         builder.add(glob);
     }
-    builder.build().map_err(|e| format!("tools.{key}: {e}"))
+    builder.build().map_err(|source| InvalidConfig::Globs { key, source })
 }
 
 impl ExecutionConfig {
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidConfig> {
         let positive_seconds =
             [("timeout_seconds", self.timeout_seconds), ("tool_call_timeout_seconds", self.tool_call_timeout_seconds)];
         for (key, value) in positive_seconds {
@@ -469,30 +469,33 @@ impl ExecutionConfig {
         ];
         for (key, value) in positive_counts {
             if value == 0 {
-                return Err(format!("execution.{key}: must be at least 1"));
+                return Err(InvalidConfig::Zero { key });
             }
         }
         if self.limits.tasks < 8 {
-            return Err("execution.limits.tasks: must be at least 8 (the interpreter and its threads)".to_string());
+            return Err(InvalidConfig::TooFewTasks);
         }
         if self.pool_size > 64 {
-            return Err(format!("execution.pool_size: at most 64 ready runners, got {}", self.pool_size));
+            return Err(InvalidConfig::PoolSize(self.pool_size));
         }
         if self.python.trim().is_empty() {
-            return Err("execution.python: must name an interpreter (e.g. python3)".to_string());
+            return Err(InvalidConfig::NoPython);
         }
-        self.docker.validate().map_err(|e| format!("execution.docker.{e}"))
+        Ok(self.docker.validate()?)
     }
 }
 
 /// A duration in seconds: above 0 and at most a day (which also keeps `Duration::from_secs_f64` from
 /// panicking).
-fn check_seconds(key: &str, value: f64) -> Result<(), String> {
-    if value > 0.0 && value <= 86_400.0 {
+fn check_seconds(key: &str, value: f64) -> Result<(), BadSeconds> {
+    if value > 0.0 && value <= MAX_SECONDS {
         return Ok(());
     }
-    Err(format!("{key}: must be a number of seconds above 0 and at most 86400, got {value}"))
+    Err(BadSeconds { key: key.to_string(), value })
 }
+
+/// The longest duration a key takes: a day.
+const MAX_SECONDS: f64 = 86_400.0;
 
 #[cfg(test)]
 mod tests;

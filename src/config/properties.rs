@@ -167,7 +167,8 @@ fn any_document_is_accepted_or_refused_in_one_line_in_bounded_time_and_memory() 
         |text| fuzzing::smaller_text(text),
         |text| {
             let (parsed, peak) = fuzzing::peak_allocated(|| Config::parse(text, &env));
-            if let Err(message) = parsed {
+            if let Err(error) = parsed {
+                let message = error.to_string();
                 assert!(!message.contains('\n'), "an error of more than one line: {message:?}");
                 assert!(!message.contains("s3cret"), "an error that shows a variable's value: {message:?}");
             }

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::expand;
+use super::BadSeconds;
+use super::expand::{self, ExpandError};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -95,6 +96,24 @@ impl Origin {
     }
 }
 
+/// A `serve.http` value that cannot be used (never showing the token).
+#[derive(Debug, thiserror::Error)]
+pub enum HttpConfigError {
+    #[error("serve.http.{key}: must be at least 1")]
+    Zero { key: &'static str },
+    #[error(transparent)]
+    Seconds(#[from] BadSeconds),
+    #[error(
+        "serve.http.allowed_origins[{index}]: '{origin}' is not an origin; write scheme://host[:port] with http or \
+         https and nothing after, e.g. https://app.example"
+    )]
+    Origin { index: usize, origin: String },
+    #[error("serve.http.token: {0}")]
+    TokenVariable(#[source] ExpandError),
+    #[error("serve.http.token: must be printable ASCII without spaces (after ${{VAR}} expansion)")]
+    TokenNotPrintable,
+}
+
 impl HttpConfig {
     pub fn header_read_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.header_read_timeout_seconds)
@@ -108,7 +127,7 @@ impl HttpConfig {
         Duration::from_secs_f64(self.session_idle_timeout_seconds)
     }
 
-    pub(super) fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), HttpConfigError> {
         let counts = [
             ("max_concurrent_runs", self.max_concurrent_runs),
             ("max_connections", self.max_connections),
@@ -116,7 +135,7 @@ impl HttpConfig {
         ];
         for (key, value) in counts {
             if value == 0 {
-                return Err(format!("serve.http.{key}: must be at least 1"));
+                return Err(HttpConfigError::Zero { key });
             }
         }
         let durations = [
@@ -127,27 +146,24 @@ impl HttpConfig {
         for (key, value) in durations {
             super::check_seconds(&format!("serve.http.{key}"), value)?;
         }
-        for (i, origin) in self.allowed_origins.iter().enumerate() {
+        for (index, origin) in self.allowed_origins.iter().enumerate() {
             if Origin::parse(origin).is_none() {
-                return Err(format!(
-                    "serve.http.allowed_origins[{i}]: '{origin}' is not an origin; write scheme://host[:port] \
-                     with http or https and nothing after, e.g. https://app.example"
-                ));
+                return Err(HttpConfigError::Origin { index, origin: origin.clone() });
             }
         }
         Ok(())
     }
 
     /// Expands `${VAR}` in the token and checks what it became (never naming its value).
-    pub(super) fn expand_token(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    pub(super) fn expand_token(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), HttpConfigError> {
         let Some(token) = &self.token else { return Ok(()) };
-        let token = expand::expand(token.expose(), lookup).map_err(|e| format!("serve.http.token: {e}"))?;
+        let token = expand::expand(token.expose(), lookup).map_err(HttpConfigError::TokenVariable)?;
         if token.is_empty() {
             self.token = None;
             return Ok(());
         }
         if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("serve.http.token: must be printable ASCII without spaces (after ${VAR} expansion)".to_string());
+            return Err(HttpConfigError::TokenNotPrintable);
         }
         self.token = Some(Secret(token));
         Ok(())

@@ -9,7 +9,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn parse(text: &str) -> Result<Config, String> {
-    Config::parse(text, &env)
+    Config::parse(text, &env).map_err(|e| e.to_string())
 }
 
 const SEED_EXAMPLE: &str = r#"

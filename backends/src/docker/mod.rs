@@ -25,7 +25,7 @@ use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-pub use spec::DockerSettings;
+pub use spec::{DockerSettings, DockerSettingsError};
 use spec::{LABEL, container_body, runner_command};
 
 use crate::python;
@@ -35,6 +35,8 @@ use crate::{
     SpawnRequest, rlimits,
 };
 
+/// How long the engine may take to agree on the API version when first connected.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the availability probe (one confined container) may take; the first start of an image on a
 /// busy engine can be slow.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -94,51 +96,39 @@ impl DockerBackend {
     }
 
     /// The engine client, connected and with the API version agreed once.
-    async fn docker(&self) -> Result<&Docker, String> {
+    async fn docker(&self) -> Result<&Docker, DockerError> {
         self.docker
             .get_or_try_init(|| async {
-                let engine = self.engine_name();
-                let unreachable = |e: &dyn std::fmt::Display| {
-                    format!(
-                        "cannot reach the Docker engine at {engine}: {e}; start Docker there, or point \
-                         execution.docker.host (or DOCKER_HOST) at a running engine (unix:///path/docker.sock, \
-                         tcp://host:2375, https://host:2376 with DOCKER_CERT_PATH)"
-                    )
-                };
+                let unreachable = |fault| DockerError::Unreachable { engine: self.engine_name(), fault };
                 let client = match &self.settings.host {
                     Some(host) => Docker::connect_with_host(host),
                     None => Docker::connect_with_defaults(),
                 }
-                .map_err(|e| unreachable(&e))?;
-                let client = tokio::time::timeout(Duration::from_secs(15), client.negotiate_version())
+                .map_err(|e| unreachable(EngineFault::Client(e)))?;
+                let client = tokio::time::timeout(CONNECT_TIMEOUT, client.negotiate_version())
                     .await
-                    .map_err(|_| unreachable(&"no answer within 15 s"))?
-                    .map_err(|e| unreachable(&e))?;
+                    .map_err(|_| unreachable(EngineFault::Silent))?
+                    .map_err(|e| unreachable(EngineFault::Client(e)))?;
                 remove_stale(&client).await;
                 Ok(client)
             })
             .await
     }
 
-    fn unavailable(reason: String) -> SpawnError {
-        SpawnError::Unavailable { kind: SandboxKind::Docker, reason }
+    fn unavailable(error: DockerError) -> SpawnError {
+        SpawnError::Unavailable { kind: SandboxKind::Docker, reason: error.to_string() }
     }
 
     /// Finds the image's `python3` by running the probe script in a container built like a run's.
-    async fn find_python(&self) -> Result<ImagePython, String> {
+    async fn find_python(&self) -> Result<ImagePython, DockerError> {
         let docker = self.docker().await?;
         let image = &self.settings.image;
         match docker.inspect_image(image).await {
             Ok(_) => {}
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                return Err(format!(
-                    "image '{image}' is not on the Docker engine at {}; pull it with `docker pull {image}` \
-                     (no registry: build a runner image from this machine's Python with ci/docker-setup.sh and \
-                     set execution.docker.image to ptc-mcp-runner:local)",
-                    self.engine_name()
-                ));
+                return Err(DockerError::MissingImage { image: image.clone(), engine: self.engine_name() });
             }
-            Err(e) => return Err(format!("cannot inspect image '{image}': {e}")),
+            Err(source) => return Err(DockerError::Inspect { image: image.clone(), source }),
         }
         // Without /etc if the interpreter starts that way; an image whose interpreter needs it (its loader
         // reading /etc/ld.so.cache) keeps it and runs degraded.
@@ -154,44 +144,35 @@ impl DockerBackend {
             },
         };
         if !python::is_supported(&found.version) {
-            return Err(format!(
-                "python3 in image '{image}' is {}, but the runner needs {} or later",
-                found.version,
-                python::MIN_VERSION
-            ));
+            return Err(DockerError::TooOld { image: image.clone(), version: found.version });
         }
         Ok(ImagePython { hide_etc, ..found })
     }
 
     /// Runs the probe script, confined, in a container built like a run's.
-    async fn run_probe(&self, docker: &Docker, hide_etc: bool) -> Result<ImagePython, String> {
+    async fn run_probe(&self, docker: &Docker, hide_etc: bool) -> Result<ImagePython, DockerError> {
         let image = &self.settings.image;
         let limits = Limits::default();
         let command = spec::confined_command("python3", &limits, rlimits::cpu_seconds(PROBE_TIMEOUT), PROBE_SCRIPT);
         let runner = self.start(docker, &limits, command, hide_etc).await.map_err(|e| match e {
-            StartError::Start(message)
-                if message.contains("executable file not found") || message.contains("no such file") =>
-            {
-                format!(
-                    "image '{image}' has no python3 on its PATH; use an image with CPython {} or later, such as {}",
-                    python::MIN_VERSION,
-                    spec::DEFAULT_IMAGE
-                )
-            }
-            other => other.to_string(),
+            StartError::Start(e) if names_a_missing_command(&e) => DockerError::NoPython { image: image.clone() },
+            other => DockerError::Start(other),
         })?;
         let probe = runner.finish_probe(PROBE_TIMEOUT).await;
         match serde_json::from_str(probe.stdout.trim()) {
             Ok(found) if probe.completed => Ok(found),
-            _ => Err(format!(
-                "python3 in image '{image}' could not start confined ({}): {}",
-                probe.exit,
-                if probe.stderr.trim().is_empty() { probe.stdout.trim() } else { probe.stderr.trim() }
-            )),
+            _ => {
+                let output = if probe.stderr.trim().is_empty() { &probe.stdout } else { &probe.stderr };
+                Err(DockerError::ProbeFailed {
+                    image: image.clone(),
+                    exit: probe.exit,
+                    output: output.trim().to_string(),
+                })
+            }
         }
     }
 
-    async fn image_python(&self) -> Result<&ImagePython, String> {
+    async fn image_python(&self) -> Result<&ImagePython, DockerError> {
         self.image_python.get_or_try_init(|| self.find_python()).await
     }
 
@@ -211,24 +192,27 @@ impl DockerBackend {
             }
             self.starts.spawn(create_and_start(docker.clone(), body))
         };
-        task.await.unwrap_or_else(|e| Err(StartError::Start(format!("the start was interrupted: {e}"))))
+        task.await.unwrap_or_else(|e| Err(StartError::Interrupted(e)))
     }
+}
+
+/// Whether the engine's refusal to start a container says its command is not in the image.
+fn names_a_missing_command(error: &bollard::errors::Error) -> bool {
+    let message = error.to_string();
+    message.contains("executable file not found") || message.contains("no such file")
 }
 
 /// Creates, attaches and starts one container; on any failure after creation, the container is removed.
 async fn create_and_start(docker: Docker, body: ContainerCreateBody) -> Result<RunnerProcess, StartError> {
-    let created = docker
-        .create_container(None::<CreateContainerOptions>, body)
-        .await
-        .map_err(|e| StartError::Create(e.to_string()))?;
+    let created = docker.create_container(None::<CreateContainerOptions>, body).await.map_err(StartError::Create)?;
     let id = created.id;
     // From here on the guard removes the container if anything below fails.
     let mut guard = Cleanup { docker: docker.clone(), id: id.clone(), armed: true };
     let attach = AttachContainerOptions { stream: true, stdin: true, stdout: true, stderr: true, ..Default::default() };
     // The engine answers a wait as soon as the waiter is registered; start it before the container.
     let waiter = tokio::spawn(wait_removed(docker.clone(), id.clone()));
-    let attached = docker.attach_container(&id, Some(attach)).await.map_err(|e| StartError::Attach(e.to_string()))?;
-    docker.start_container(&id, None).await.map_err(|e| StartError::Start(e.to_string()))?;
+    let attached = docker.attach_container(&id, Some(attach)).await.map_err(StartError::Attach)?;
+    docker.start_container(&id, None).await.map_err(StartError::Start)?;
     guard.armed = false;
     let stderr_tail = StderrTail::default();
     let (pipe_in, pipe_out) = tokio::io::duplex(64 * 1024);
@@ -238,14 +222,66 @@ async fn create_and_start(docker: Docker, body: ContainerCreateBody) -> Result<R
     Ok(RunnerProcess { to_runner: attached.input, from_runner, control: Box::new(control) })
 }
 
+/// Why the backend cannot run programs: the reason of [`Availability::Unavailable`] and
+/// [`SpawnError::Unavailable`].
+#[derive(Debug, thiserror::Error)]
+enum DockerError {
+    #[error(
+        "cannot reach the Docker engine at {engine}: {fault}; start Docker there, or point execution.docker.host \
+         (or DOCKER_HOST) at a running engine (unix:///path/docker.sock, tcp://host:2375, https://host:2376 with \
+         DOCKER_CERT_PATH)"
+    )]
+    Unreachable {
+        engine: String,
+        #[source]
+        fault: EngineFault,
+    },
+    #[error(
+        "image '{image}' is not on the Docker engine at {engine}; pull it with `docker pull {image}` (no registry: \
+         build a runner image from this machine's Python with ci/docker-setup.sh and set execution.docker.image to \
+         ptc-mcp-runner:local)"
+    )]
+    MissingImage { image: String, engine: String },
+    #[error("cannot inspect image '{image}': {source}")]
+    Inspect {
+        image: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error(
+        "image '{image}' has no python3 on its PATH; use an image with CPython {} or later, such as {}",
+        python::MIN_VERSION,
+        spec::DEFAULT_IMAGE
+    )]
+    NoPython { image: String },
+    #[error("python3 in image '{image}' could not start confined ({exit}): {output}")]
+    ProbeFailed { image: String, exit: ExitInfo, output: String },
+    #[error("python3 in image '{image}' is {version}, but the runner needs {} or later", python::MIN_VERSION)]
+    TooOld { image: String, version: String },
+    /// The probe's container did not start.
+    #[error(transparent)]
+    Start(StartError),
+}
+
+/// Why the engine gave no usable answer.
+#[derive(Debug, thiserror::Error)]
+enum EngineFault {
+    #[error(transparent)]
+    Client(bollard::errors::Error),
+    #[error("no answer within {} s", CONNECT_TIMEOUT.as_secs())]
+    Silent,
+}
+
 #[derive(Debug, thiserror::Error)]
 enum StartError {
     #[error("could not create the container: {0}")]
-    Create(String),
+    Create(#[source] bollard::errors::Error),
     #[error("could not attach to the container: {0}")]
-    Attach(String),
+    Attach(#[source] bollard::errors::Error),
     #[error("could not start the container: {0}")]
-    Start(String),
+    Start(#[source] bollard::errors::Error),
+    #[error("could not start the container: the start was interrupted: {0}")]
+    Interrupted(#[source] tokio::task::JoinError),
     #[error("the server is shutting down")]
     Closing,
 }
@@ -259,7 +295,7 @@ impl SandboxBackend for DockerBackend {
     async fn probe(&self) -> Availability {
         let python = match self.image_python().await {
             Ok(python) => python,
-            Err(reason) => return Availability::Unavailable { reason },
+            Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
         let limits = Limits::default();
         let detail = format!(
@@ -299,7 +335,7 @@ impl SandboxBackend for DockerBackend {
         let command = runner_command(&python.executable, request);
         self.start(docker, &request.limits, command, python.hide_etc).await.map_err(|e| SpawnError::Start {
             program: format!("a container of {}", self.settings.image),
-            source: std::io::Error::other(e.to_string()),
+            source: std::io::Error::other(e),
         })
     }
 
@@ -486,5 +522,87 @@ mod tests {
         assert_eq!(exit_info(137), ExitInfo::Signal(9));
         assert_eq!(exit_info(139), ExitInfo::Signal(11));
         assert_eq!(exit_info(255), ExitInfo::Code(255));
+    }
+
+    const FIX_THE_ENGINE: &str = "start Docker there, or point execution.docker.host (or DOCKER_HOST) at a running \
+                                  engine (unix:///path/docker.sock, tcp://host:2375, https://host:2376 with \
+                                  DOCKER_CERT_PATH)";
+
+    #[tokio::test]
+    async fn an_engine_that_cannot_be_reached_makes_the_backend_unavailable_saying_how_to_fix_it() {
+        let backend = DockerBackend::new(DockerSettings {
+            host: Some("unix:///nonexistent/docker.sock".into()),
+            ..Default::default()
+        });
+        let reason = format!(
+            "cannot reach the Docker engine at unix:///nonexistent/docker.sock: Socket not found: \
+             /nonexistent/docker.sock; {FIX_THE_ENGINE}"
+        );
+        assert_eq!(backend.probe().await, Availability::Unavailable { reason: reason.clone() });
+        let request = SpawnRequest { limits: Limits::default(), timeout: Duration::from_secs(1) };
+        match backend.spawn(&request).await.err() {
+            Some(SpawnError::Unavailable { kind: SandboxKind::Docker, reason: said }) => assert_eq!(said, reason),
+            other => panic!("expected the docker backend to be unavailable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_reason_an_image_cannot_run_programs_names_the_image_and_the_fix() {
+        let image = || "img:1".to_string();
+        let refused = |message: &str| bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message: message.to_string(),
+        };
+        let cases = [
+            (
+                DockerError::Unreachable { engine: "tcp://box:2375".into(), fault: EngineFault::Silent },
+                format!("cannot reach the Docker engine at tcp://box:2375: no answer within 15 s; {FIX_THE_ENGINE}"),
+            ),
+            (
+                DockerError::MissingImage { image: image(), engine: "tcp://box:2375".into() },
+                "image 'img:1' is not on the Docker engine at tcp://box:2375; pull it with `docker pull img:1` (no \
+                 registry: build a runner image from this machine's Python with ci/docker-setup.sh and set \
+                 execution.docker.image to ptc-mcp-runner:local)"
+                    .to_string(),
+            ),
+            (
+                DockerError::Inspect { image: image(), source: refused("boom") },
+                "cannot inspect image 'img:1': Docker responded with status code 500: boom".to_string(),
+            ),
+            (
+                DockerError::NoPython { image: image() },
+                "image 'img:1' has no python3 on its PATH; use an image with CPython 3.9 or later, such as \
+                 python:3.12-slim"
+                    .to_string(),
+            ),
+            (
+                DockerError::ProbeFailed { image: image(), exit: ExitInfo::Code(127), output: "no libc".into() },
+                "python3 in image 'img:1' could not start confined (exit status 127): no libc".to_string(),
+            ),
+            (
+                DockerError::TooOld { image: image(), version: "3.8.10".into() },
+                "python3 in image 'img:1' is 3.8.10, but the runner needs 3.9 or later".to_string(),
+            ),
+            (
+                DockerError::Start(StartError::Attach(refused("gone"))),
+                "could not attach to the container: Docker responded with status code 500: gone".to_string(),
+            ),
+            (DockerError::Start(StartError::Closing), "the server is shutting down".to_string()),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message);
+        }
+    }
+
+    #[test]
+    fn a_start_refused_for_a_missing_command_means_the_image_has_no_python3() {
+        let refused = |message: &str| bollard::errors::Error::DockerResponseServerError {
+            status_code: 400,
+            message: message.to_string(),
+        };
+        let missing = "failed to create task: exec: \"python3\": executable file not found in $PATH: unknown";
+        assert!(names_a_missing_command(&refused(missing)));
+        assert!(names_a_missing_command(&refused("exec /usr/bin/python3: no such file or directory")));
+        assert!(!names_a_missing_command(&refused("cannot allocate memory")));
     }
 }

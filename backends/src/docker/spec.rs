@@ -46,30 +46,45 @@ impl Default for DockerSettings {
     }
 }
 
+/// A value under `execution.docker` that cannot be used; the message starts with its key.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerSettingsError {
+    #[error("image: must name an image (e.g. python:3.12-slim)")]
+    NoImage,
+    #[error("host: '{0}' is not unix://PATH, tcp://HOST:PORT, http://HOST:PORT or https://HOST:PORT")]
+    Host(String),
+    #[error("memory_mb: must be at least 16 (MiB)")]
+    Memory,
+    #[error("pids: must be at least 8 (the interpreter and its threads)")]
+    Pids,
+    #[error("cpus: must be between 0.01 and 1024, got {0}")]
+    Cpus(f64),
+    #[error("scratch_mb: must be at least 1")]
+    Scratch,
+}
+
 impl DockerSettings {
-    /// Checks the values; the error names the key under `execution.docker`.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the values.
+    pub fn validate(&self) -> Result<(), DockerSettingsError> {
         if self.image.trim().is_empty() {
-            return Err("image: must name an image (e.g. python:3.12-slim)".to_string());
+            return Err(DockerSettingsError::NoImage);
         }
         if let Some(host) = &self.host
             && !["unix://", "tcp://", "http://", "https://"].iter().any(|scheme| host.starts_with(scheme))
         {
-            return Err(format!(
-                "host: '{host}' is not unix://PATH, tcp://HOST:PORT, http://HOST:PORT or https://HOST:PORT"
-            ));
+            return Err(DockerSettingsError::Host(host.clone()));
         }
         if self.memory_mb.is_some_and(|mb| mb < 16) {
-            return Err("memory_mb: must be at least 16 (MiB)".to_string());
+            return Err(DockerSettingsError::Memory);
         }
         if self.pids.is_some_and(|pids| pids < 8) {
-            return Err("pids: must be at least 8 (the interpreter and its threads)".to_string());
+            return Err(DockerSettingsError::Pids);
         }
         if !(self.cpus >= 0.01 && self.cpus <= 1024.0) {
-            return Err(format!("cpus: must be between 0.01 and 1024, got {}", self.cpus));
+            return Err(DockerSettingsError::Cpus(self.cpus));
         }
         if self.scratch_mb == Some(0) {
-            return Err("scratch_mb: must be at least 1".to_string());
+            return Err(DockerSettingsError::Scratch);
         }
         Ok(())
     }
@@ -318,16 +333,26 @@ mod tests {
     #[test]
     fn settings_are_validated_with_the_key_named() {
         assert!(DockerSettings::default().validate().is_ok());
-        let bad = |settings: DockerSettings, key: &str| {
-            let error = settings.validate().unwrap_err();
-            assert!(error.starts_with(key), "{error}");
-        };
-        bad(DockerSettings { image: " ".into(), ..Default::default() }, "image:");
-        bad(DockerSettings { host: Some("ssh://box".into()), ..Default::default() }, "host:");
-        bad(DockerSettings { memory_mb: Some(4), ..Default::default() }, "memory_mb:");
-        bad(DockerSettings { pids: Some(2), ..Default::default() }, "pids:");
-        bad(DockerSettings { cpus: 0.0, ..Default::default() }, "cpus:");
-        bad(DockerSettings { cpus: f64::NAN, ..Default::default() }, "cpus:");
-        bad(DockerSettings { scratch_mb: Some(0), ..Default::default() }, "scratch_mb:");
+        let cases = [
+            (
+                DockerSettings { image: " ".into(), ..Default::default() },
+                "image: must name an image (e.g. python:3.12-slim)",
+            ),
+            (
+                DockerSettings { host: Some("ssh://box".into()), ..Default::default() },
+                "host: 'ssh://box' is not unix://PATH, tcp://HOST:PORT, http://HOST:PORT or https://HOST:PORT",
+            ),
+            (DockerSettings { memory_mb: Some(4), ..Default::default() }, "memory_mb: must be at least 16 (MiB)"),
+            (
+                DockerSettings { pids: Some(2), ..Default::default() },
+                "pids: must be at least 8 (the interpreter and its threads)",
+            ),
+            (DockerSettings { cpus: 0.0, ..Default::default() }, "cpus: must be between 0.01 and 1024, got 0"),
+            (DockerSettings { cpus: f64::NAN, ..Default::default() }, "cpus: must be between 0.01 and 1024, got NaN"),
+            (DockerSettings { scratch_mb: Some(0), ..Default::default() }, "scratch_mb: must be at least 1"),
+        ];
+        for (settings, message) in cases {
+            assert_eq!(settings.validate().map_err(|e| e.to_string()), Err(message.to_string()));
+        }
     }
 }
