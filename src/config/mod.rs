@@ -28,7 +28,7 @@ pub const CONFIG_ENV: &str = "PTC_MCP_CONFIG";
 /// Looked for in the working directory when neither `--config` nor the variable is given.
 pub const DEFAULT_CONFIG_FILE: &str = "config.yaml";
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -63,7 +63,7 @@ impl TransportKind {
 }
 
 /// One downstream MCP server.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     pub name: String,
@@ -111,7 +111,7 @@ impl Scalar {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
     /// Glob patterns on namespaced names; only matching tools are callable.
@@ -138,7 +138,7 @@ pub enum TraceMode {
     Off,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecutionConfig {
     pub timeout_seconds: f64,

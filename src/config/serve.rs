@@ -7,13 +7,13 @@ use serde::Deserialize;
 use super::BadSeconds;
 use super::expand::{self, ExpandError};
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
     pub http: HttpConfig,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
     /// Every request must carry `Authorization: Bearer <token>`; `serve --http` refuses to start without one.

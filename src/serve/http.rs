@@ -68,7 +68,7 @@ pub async fn serve_http(config: Config, source: ConfigSource, addr: SocketAddr) 
             return CONFIG_ERROR;
         }
     };
-    super::reopen_on_hangup(app.audit.clone());
+    super::hangup::listen(app.audit.clone(), source.clone(), config.clone());
     let bound = listener.local_addr().unwrap_or(addr);
     super::announce(&app, &config, &source, format!("http://{bound}{MCP_PATH}"));
 

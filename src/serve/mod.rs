@@ -1,8 +1,9 @@
 //! Serving MCP: on stdio (one client) or streamable HTTP (several), and what every way of serving shares: the start-up line, stopping
-//! on SIGTERM or SIGINT, and reopening the audit file on SIGHUP.
+//! on SIGTERM or SIGINT, and what SIGHUP does (the audit file reopened, the config read again).
 
 mod connection;
 mod guard;
+mod hangup;
 mod http;
 mod sessions;
 mod stdio;
@@ -15,24 +16,8 @@ pub use http::serve_http;
 pub use stdio::serve_stdio;
 
 use crate::app::App;
-use crate::audit::AuditLog;
 use crate::config::{Config, ConfigSource};
 use crate::stop::requested as stop_requested;
-
-/// Reopens the audit file on every SIGHUP (log rotation), while the process runs.
-fn reopen_on_hangup(audit: Option<Arc<AuditLog>>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Some(audit) = audit else { return };
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP: the audit file will not be reopened after rotation");
-        return;
-    };
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            audit.reopen();
-        }
-    });
-}
 
 /// Logs the one start-up line in the background: version, where it serves, config, sandbox and its
 /// availability (a probe may take a while), servers.

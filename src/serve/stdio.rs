@@ -15,7 +15,7 @@ pub async fn serve_stdio(config: Config, source: ConfigSource) -> u8 {
             return crate::cli::CONFIG_ERROR;
         }
     };
-    super::reopen_on_hangup(app.audit.clone());
+    super::hangup::listen(app.audit.clone(), source.clone(), config.clone());
     super::announce(&app, &config, &source, "stdio".to_string());
     let transport = super::stdio_transport::StdioTransport::new(tokio::io::stdin(), tokio::io::stdout());
     let input_ended = transport.input_ended();

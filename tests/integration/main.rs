@@ -17,6 +17,7 @@ mod docker;
 mod downstreams;
 mod escape;
 mod execute;
+mod hangup;
 mod http;
 mod http_hardening;
 mod limits;
