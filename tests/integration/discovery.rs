@@ -58,6 +58,19 @@ async fn a_query_ranks_the_tools_and_signatures_replace_names() {
 }
 
 #[apply(integration_test!)]
+async fn deprecated_tools_rank_below_their_replacements() {
+    let ptc = Ptc::start(&config(&[mock_server("fs", &["--deprecated"])], "")).await;
+    for query in ["read file", "read"] {
+        let found: Vec<String> =
+            serde_json::from_str(&text_block(&ptc.call("list_callable_tools", json!({"query": query})).await, 0))
+                .unwrap();
+        let position = |name: &str| found.iter().position(|n| n == name);
+        let (old, new) = (position("mcp__fs__read_file"), position("mcp__fs__read_text_file"));
+        assert!(new.is_some() && old > new, "{query}: {found:?}");
+    }
+}
+
+#[apply(integration_test!)]
 async fn inspect_tool_shows_the_python_signature_on_request() {
     let ptc = demo().await;
     let result = ptc
