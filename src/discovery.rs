@@ -91,8 +91,10 @@ impl ListRequest {
             return Listing::Names(names);
         }
         if names.is_empty() {
-            let what = self.query.as_deref().map_or(String::new(), |q| format!(" matches '{}'", one_line(&shown(q))));
-            return Listing::Signatures(format!("# no callable tool{what}"));
+            return Listing::Signatures(match &self.query {
+                Some(query) => format!("# {}", nothing_matches(query, catalog.tools.len())),
+                None => "# no callable tool".to_string(),
+            });
         }
         let signatures: Vec<String> =
             names.iter().filter_map(|name| catalog.tools.get(name)).map(|entry| entry.signature().render()).collect();
@@ -101,6 +103,13 @@ impl ListRequest {
 }
 
 impl Listing {
+    /// What a search that listed no names says besides its `[]` (which stays, for whoever reads it as
+    /// JSON): that nothing matched, and how many tools there are. `None` for any other listing.
+    pub fn no_match_note(&self, request: &ListRequest, catalog: &Catalog) -> Option<String> {
+        let query = request.query.as_deref()?;
+        matches!(self, Listing::Names(names) if names.is_empty()).then(|| nothing_matches(query, catalog.tools.len()))
+    }
+
     /// As JSON for a program: the list of names, or the text of the signatures.
     pub fn into_value(self) -> Value {
         match self {
@@ -207,6 +216,12 @@ pub fn no_servers(source: &ConfigSource) -> String {
     }
 }
 
+/// That a search for `query` found none of the `tools` callable tools, and what lists them all.
+fn nothing_matches(query: &str, tools: usize) -> String {
+    let tools = if tools == 1 { "1 tool".to_string() } else { format!("{tools} tools") };
+    format!("no tool matches '{}' ({tools}; list_callable_tools() lists them all)", one_line(&shown(query)))
+}
+
 /// `text` cut to [`MAX_NAME_SHOWN`] characters.
 fn shown(text: &str) -> String {
     text.chars().take(MAX_NAME_SHOWN).collect()
@@ -302,6 +317,36 @@ mod tests {
         assert_eq!(
             not_found("mcp__git__log"),
             "[Tool not found] 'mcp__git__log' is not a callable tool; list_callable_tools gives the exact names"
+        );
+    }
+
+    #[test]
+    fn a_search_that_matches_nothing_says_so_and_how_many_tools_there_are() {
+        use crate::config::ToolFilter;
+        use crate::registry::ToolEntry;
+        use std::sync::Arc;
+        let tool = |name: &str| {
+            let tool = json!({"name": name, "description": "Reads a file.", "inputSchema": {"type": "object"}});
+            Arc::new(ToolEntry::new("fs", serde_json::from_value(tool).unwrap()))
+        };
+        let catalog = Catalog::build(["read_file", "stat"].map(tool), &ToolFilter::All);
+        let search = |query: &str, signatures: bool| {
+            let request = ListRequest { query: Some(query.to_string()), signatures, limit: None };
+            let listing = request.list(&catalog);
+            let note = listing.no_match_note(&request, &catalog);
+            (listing, note)
+        };
+        let note = "no tool matches 'weather now' (2 tools; list_callable_tools() lists them all)";
+        assert_eq!(search("weather\nnow", false), (Listing::Names(vec![]), Some(note.to_string())));
+        assert_eq!(search("weather\nnow", true), (Listing::Signatures(format!("# {note}")), None));
+        assert_eq!(search("read", false).1, None);
+        let everything = ListRequest::default();
+        assert_eq!(everything.list(&catalog).no_match_note(&everything, &catalog), None);
+        let one = Catalog::build(["stat"].map(tool), &ToolFilter::All);
+        let request = ListRequest { query: Some("x".to_string()), signatures: false, limit: None };
+        assert_eq!(
+            request.list(&one).no_match_note(&request, &one).unwrap(),
+            "no tool matches 'x' (1 tool; list_callable_tools() lists them all)"
         );
     }
 

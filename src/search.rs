@@ -1,7 +1,9 @@
 //! Finding tools by what they do: `list_callable_tools(query=...)` ranks tools with BM25 over their names,
 //! titles, descriptions and parameters (a field's words weigh more in a name than in a description, and a
 //! query word in the tool's own name adds its weight again), after the tools whose name is the query or
-//! starts with it. The tools are described to it as [`Document`]s: it knows nothing else about them.
+//! starts with it. A deprecated tool comes after the others of its rank, and keeps the rank of its name only
+//! for a query written as one (no spaces): `read file` finds a replacement before a deprecated `read_file`.
+//! The tools are described to it as [`Document`]s: it knows nothing else about them.
 
 use std::collections::{HashMap, HashSet};
 
@@ -31,6 +33,8 @@ pub struct Document<'a> {
     pub title: &'a str,
     pub description: &'a str,
     pub parameters: Vec<Parameter<'a>>,
+    /// Whether its server marks it deprecated.
+    pub deprecated: bool,
 }
 
 pub struct Parameter<'a> {
@@ -58,6 +62,7 @@ struct Doc {
     /// Weighted count of each word.
     terms: HashMap<String, f64>,
     length: f64,
+    deprecated: bool,
 }
 
 impl Index {
@@ -74,27 +79,30 @@ impl Index {
     }
 
     /// The names of the tools that match `query`, best first: a name equal to the query, then names that
-    /// start with it, then by relevance (ties by name). Tools that share no word with the query are left out.
+    /// start with it, then by relevance; in each, deprecated tools last (ties by name). Tools that share no
+    /// word with the query are left out.
     pub fn rank(&self, query: &str) -> Vec<String> {
         let whole = normalised(query);
+        let written_as_name = !query.trim().contains(char::is_whitespace);
         let words = terms(query);
-        let mut hits: Vec<(u8, f64, &str)> = self
+        let mut hits: Vec<(u8, bool, f64, &str)> = self
             .docs
             .iter()
             .filter_map(|doc| {
-                let tier = if doc.names.contains(&whole) {
+                let by_name = written_as_name || !doc.deprecated;
+                let tier = if by_name && doc.names.contains(&whole) {
                     0
-                } else if whole.len() >= 2 && doc.names.iter().any(|n| n.starts_with(&whole)) {
+                } else if by_name && whole.len() >= 2 && doc.names.iter().any(|n| n.starts_with(&whole)) {
                     1
                 } else {
                     2
                 };
                 let score = self.score(doc, &words);
-                (tier < 2 || score > 0.0).then_some((tier, score, doc.name.as_str()))
+                (tier < 2 || score > 0.0).then_some((tier, doc.deprecated, score, doc.name.as_str()))
             })
             .collect();
-        hits.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(b.2)));
-        hits.into_iter().map(|(_, _, name)| name.to_string()).collect()
+        hits.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(b.2.total_cmp(&a.2)).then(a.3.cmp(b.3)));
+        hits.into_iter().map(|(_, _, _, name)| name.to_string()).collect()
     }
 
     fn score(&self, doc: &Doc, words: &[String]) -> f64 {
@@ -133,7 +141,7 @@ impl Doc {
         let length = terms.values().sum();
         let names = [normalised(document.name), normalised(document.own_name)];
         let name_terms = self::terms(document.own_name).into_iter().collect();
-        Doc { name: document.name.to_string(), names, name_terms, terms, length }
+        Doc { name: document.name.to_string(), names, name_terms, terms, length, deprecated: document.deprecated }
     }
 }
 
@@ -194,7 +202,7 @@ mod tests {
 
     fn document<'a>(name: &'a str, description: &'a str, parameters: Vec<Parameter<'a>>) -> Document<'a> {
         let own_name = name.rsplit("__").next().unwrap();
-        Document { name, own_name, title: "", description, parameters }
+        Document { name, own_name, title: "", description, parameters, deprecated: false }
     }
 
     #[test]
@@ -215,6 +223,21 @@ mod tests {
         assert_eq!(index.rank("read"), ["mcp__s__read", "mcp__s__read_file"]);
         assert_eq!(index.rank("file"), ["mcp__s__write_file", "mcp__s__read_file"]);
         assert!(index.rank("weather").is_empty());
+    }
+
+    #[test]
+    fn deprecated_tools_come_after_the_others_of_their_rank() {
+        let deprecated = |name, description| Document { deprecated: true, ..document(name, description, vec![]) };
+        let index = Index::new([
+            deprecated("mcp__s__read_file", "Read a file as text. DEPRECATED: Use read_text_file instead."),
+            document("mcp__s__read_text_file", "Read a file as text.", vec![]),
+            deprecated("mcp__s__get_time", "Get the time."),
+            document("mcp__s__now", "Get the time.", vec![]),
+        ]);
+        assert_eq!(index.rank("time"), ["mcp__s__now", "mcp__s__get_time"]);
+        assert_eq!(index.rank("read"), ["mcp__s__read_text_file", "mcp__s__read_file"]);
+        assert_eq!(index.rank("read file"), ["mcp__s__read_text_file", "mcp__s__read_file"]);
+        assert_eq!(index.rank("read_file")[0], "mcp__s__read_file", "asked for by its name");
     }
 
     #[test]

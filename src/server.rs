@@ -53,11 +53,14 @@ impl PtcServer {
         };
         self.registry.wait_for_first_attempts(FIRST_CONNECT_WAIT).await;
         let catalog = self.registry.catalog();
-        let listing = match request.list(&catalog) {
+        let listing = request.list(&catalog);
+        let no_match = listing.no_match_note(&request, &catalog);
+        let listing = match listing {
             Listing::Names(names) => serde_json::to_string(&names).expect("names serialise"),
             Listing::Signatures(text) => text,
         };
         let mut content = vec![ContentBlock::text(listing)];
+        content.extend(no_match.map(ContentBlock::text));
         // An empty listing says why when no config file was found (a config without servers is a choice).
         if *self.source == ConfigSource::Defaults && self.registry.statuses().is_empty() {
             content.push(ContentBlock::text(no_servers(&self.source)));

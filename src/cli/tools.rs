@@ -27,7 +27,11 @@ pub async fn tools(config: &Config, args: &ToolsArgs) -> u8 {
             () = stop.cancelled() => return INTERRUPTED,
         }
         let catalog = app.registry.catalog();
-        let out = match request.list(&catalog) {
+        let listing = request.list(&catalog);
+        if let Some(note) = listing.no_match_note(&request, &catalog) {
+            print_err(&format!("ptc-mcp: {note}\n"));
+        }
+        let out = match listing {
             Listing::Names(names) if args.json => {
                 format!("{}\n", serde_json::to_string(&names).expect("names serialise"))
             }

@@ -73,7 +73,8 @@ pub struct ServerConfig {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    /// `stdio`: extra environment of the server process (it gets only these plus a minimal safe set).
+    /// `stdio`: extra environment of the server process (it gets only these plus a minimal safe set and the
+    /// proxy and CA variables, which these override).
     #[serde(default)]
     pub env: BTreeMap<String, Scalar>,
     /// `http` / `sse`: the endpoint, and extra request headers (e.g. `Authorization`).

@@ -59,6 +59,7 @@ impl ToolEntry {
             title: self.tool.title.as_deref().unwrap_or_default(),
             description: self.tool.description.as_deref().unwrap_or_default(),
             parameters: parameters.collect(),
+            deprecated: is_deprecated(&self.tool),
         }
     }
 
@@ -113,6 +114,23 @@ impl ToolEntry {
         }
         Value::Object(out)
     }
+}
+
+/// Whether a server marks `tool` deprecated: `deprecated: true` in its input schema or its `_meta` (as
+/// JSON Schema marks a property), or a description that says so the way servers write it (a sentence
+/// that starts with "Deprecated", or "DEPRECATED" anywhere) — not one that merely mentions another's.
+fn is_deprecated(tool: &Tool) -> bool {
+    let marked =
+        |object: Option<&Map<String, Value>>| object.and_then(|o| o.get("deprecated")) == Some(&Value::Bool(true));
+    let description = tool.description.as_deref().unwrap_or_default();
+    let sentence_says_so = description.split(['.', '!', '?', '\n']).any(|sentence| {
+        let start = sentence.trim_start_matches(|c: char| !c.is_alphanumeric());
+        start.get(.."deprecated".len()).is_some_and(|word| word.eq_ignore_ascii_case("deprecated"))
+    });
+    marked(Some(&tool.input_schema))
+        || marked(tool.meta.as_ref().map(|meta| &meta.0))
+        || sentence_says_so
+        || description.contains("DEPRECATED")
 }
 
 /// A consistent view of every callable tool.
@@ -247,6 +265,33 @@ mod tests {
         assert!(typed.validator().is_some());
         let broken = ToolEntry::new("s", tool("t", json!({"outputSchema": {"type": "no such type"}})));
         assert!(broken.validator().is_none(), "results of a tool whose schema does not compile are not validated");
+    }
+
+    #[test]
+    fn deprecation_is_read_from_markers_and_from_what_the_description_says() {
+        let deprecated = |extra: Value| is_deprecated(&tool("t", extra));
+        assert!(deprecated(json!({"description": "Read a file. DEPRECATED: Use read_text_file instead."})));
+        assert!(deprecated(json!({"description": "[Deprecated] Use now instead."})));
+        assert!(deprecated(json!({"description": "Gets the time.\ndeprecated since 2.0"})));
+        assert!(deprecated(json!({"inputSchema": {"type": "object", "deprecated": true}})));
+        assert!(deprecated(json!({"_meta": {"deprecated": true}})));
+        assert!(!deprecated(json!({"description": "Replaces the deprecated get_time tool."})));
+        assert!(!deprecated(json!({"_meta": {"deprecated": false}})));
+    }
+
+    #[test]
+    fn searches_rank_a_deprecated_tool_below_its_replacement() {
+        let path = format!("{}/tests/fixtures/tools/filesystem.json", env!("CARGO_MANIFEST_DIR"));
+        let tools: Vec<Tool> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let entries = tools.into_iter().map(|tool| Arc::new(ToolEntry::new("filesystem", tool)));
+        let catalog = Catalog::build(entries, &ToolFilter::All);
+        for query in ["read file", "read a text file", "read"] {
+            let found = catalog.search(query);
+            let position = |name: &str| found.iter().position(|n| n == name);
+            let (old, new) = (position("mcp__filesystem__read_file"), position("mcp__filesystem__read_text_file"));
+            assert!(new.is_some() && old > new, "{query}: {found:?}");
+        }
+        assert_eq!(catalog.search("read_file")[0], "mcp__filesystem__read_file");
     }
 
     /// The recorded listings of two real servers.

@@ -1,6 +1,6 @@
 //! Connecting to a `stdio` downstream: start its process in its own process group with only the configured
-//! environment plus a minimal safe set, speak MCP over its stdin/stdout ([`LineTransport`]), explain its
-//! end in words, and make sure nothing of its group outlives it.
+//! environment plus a minimal safe set and the proxy and CA variables, speak MCP over its stdin/stdout
+//! ([`LineTransport`]), explain its end in words, and make sure nothing of its group outlives it.
 //!
 //! The group is always signalled before the leader is reaped: once the leader is reaped and the group is
 //! empty, its id may belong to someone else.
@@ -24,8 +24,27 @@ use stderr::LastLine;
 pub use transport::{BadAnswer, LineTransport};
 
 /// Variables a downstream inherits from the server's environment when set (as the official SDKs do);
-/// everything else must be given in its `env`.
+/// everything else must be given in its `env`, which overrides these.
 const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+/// Inherited too: how this machine reaches the network (its proxy, the CAs it trusts), without which a
+/// server that fetches its code (`npx -y`, `uvx`) or calls an API fails behind a corporate proxy, far from
+/// the cause. `PIP_INDEX_URL` is not among them: it often carries a token, and where a server's packages
+/// come from is that server's `env`'s choice.
+const NETWORK_ENV: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+];
 /// How long its last stderr line may take to arrive once the group is gone. Bounded: a process that left
 /// the group can hold the pipe open for good.
 const STDERR_DRAIN: Duration = Duration::from_millis(300);
@@ -68,7 +87,12 @@ impl StdioProcess {
         let mut cmd = Command::new(command);
         cmd.args(&config.args)
             .env_clear()
-            .envs(INHERITED_ENV.iter().filter_map(|name| std::env::var_os(name).map(|value| (name, value))))
+            .envs(
+                INHERITED_ENV
+                    .iter()
+                    .chain(NETWORK_ENV)
+                    .filter_map(|name| std::env::var_os(name).map(|value| (name, value))),
+            )
             .envs(config.env.iter().map(|(k, v)| (k, v.as_text())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -58,6 +58,31 @@ async fn a_query_ranks_the_tools_and_signatures_replace_names() {
 }
 
 #[apply(integration_test!)]
+async fn a_search_that_matches_nothing_says_so_and_how_many_tools_there_are() {
+    let ptc = demo().await;
+    let note = "no tool matches 'weather forecast' (2 tools; list_callable_tools() lists them all)";
+    let names = ptc.call("list_callable_tools", json!({"query": "weather forecast"})).await;
+    assert_eq!((text_block(&names, 0), text_block(&names, 1)), ("[]".to_string(), note.to_string()));
+    let signatures =
+        ptc.call("list_callable_tools", json!({"query": "weather forecast", "detail": "signatures"})).await;
+    assert_eq!(text_block(&signatures, 0), format!("# {note}"));
+    assert_eq!(signatures.content.len(), 1);
+}
+
+#[apply(integration_test!)]
+async fn deprecated_tools_rank_below_their_replacements() {
+    let ptc = Ptc::start(&config(&[mock_server("fs", &["--deprecated"])], "")).await;
+    for query in ["read file", "read"] {
+        let found: Vec<String> =
+            serde_json::from_str(&text_block(&ptc.call("list_callable_tools", json!({"query": query})).await, 0))
+                .unwrap();
+        let position = |name: &str| found.iter().position(|n| n == name);
+        let (old, new) = (position("mcp__fs__read_file"), position("mcp__fs__read_text_file"));
+        assert!(new.is_some() && old > new, "{query}: {found:?}");
+    }
+}
+
+#[apply(integration_test!)]
 async fn inspect_tool_shows_the_python_signature_on_request() {
     let ptc = demo().await;
     let result = ptc

@@ -309,3 +309,24 @@ async fn a_downstream_gets_only_its_configured_env_and_a_minimal_safe_set() {
     let leaked = ptc.execute("import os\nprint(os.environ.get('API_KEY'), os.environ.get('PTC_TEST_API_KEY'))").await;
     assert!(leaked.expect_ok().contains("\nNone None"), "{}", leaked.text());
 }
+
+#[apply(integration_test!)]
+async fn a_downstream_inherits_the_proxy_and_ca_variables_and_its_env_overrides_them() {
+    let entry = mock_server("mock", &[]) + "    env:\n      NO_PROXY: only.example\n";
+    let inherited = [
+        ("HTTPS_PROXY", "http://proxy.example:3128"),
+        ("http_proxy", "http://proxy.example:3128"),
+        ("NO_PROXY", "localhost"),
+        ("SSL_CERT_FILE", "/etc/corp/ca.pem"),
+        ("NODE_EXTRA_CA_CERTS", "/etc/corp/ca.pem"),
+        ("PIP_INDEX_URL", "https://user:token@pypi.example/simple"),
+        ("PTC_TEST_OTHER_SECRET", "s"),
+    ];
+    let ptc = Ptc::start_with_env(&config(&[entry], ""), &inherited).await;
+    let names = "['HTTPS_PROXY', 'http_proxy', 'NO_PROXY', 'SSL_CERT_FILE', 'NODE_EXTRA_CA_CERTS', \
+                 'PIP_INDEX_URL', 'PTC_TEST_OTHER_SECRET']";
+    let run = ptc.execute(&format!("env = await mcp__mock__env()\nprint([env.get(name) for name in {names}])")).await;
+    let expected = "['http://proxy.example:3128', 'http://proxy.example:3128', 'only.example', '/etc/corp/ca.pem', \
+                    '/etc/corp/ca.pem', None, None]";
+    assert!(run.expect_ok().contains(expected), "{}", run.text());
+}

@@ -481,6 +481,9 @@ async fn tools_finds_by_query_and_lists_signatures_like_list_callable_tools() {
     let json = shell(&["tools", "--query", "add", "--json"], &text, "").await;
     let names: Vec<String> = serde_json::from_str(json.stdout.trim()).expect("a JSON array of names");
     assert_eq!(names.first().map(String::as_str), Some("mcp__mock__add"));
+    let nothing = shell(&["tools", "--query", "weather forecast"], &text, "").await;
+    assert_eq!((nothing.status, nothing.stdout.as_str()), (Some(0), ""), "{}", nothing.stderr);
+    assert!(nothing.stderr.contains("ptc-mcp: no tool matches 'weather forecast' ("), "{}", nothing.stderr);
 }
 
 /// A pipe whose reader is gone, as `| head -1` leaves one: writing to it fails with EPIPE.

@@ -255,6 +255,15 @@ def register_broken_answers(server):
                      "required": ["kind"]}, pass_id=True)
 
 
+def register_deprecated(server):
+    """A deprecated tool and its replacement, described as server-filesystem describes read_file."""
+    path = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    server.add_tool("read_file", lambda args: result(text(args["path"])),
+                    "Read the complete contents of a file as text. DEPRECATED: Use read_text_file instead.", path)
+    server.add_tool("read_text_file", lambda args: result(text(args["path"])),
+                    "Read the complete contents of a file from the file system as text.", path)
+
+
 def register_extras(server, count):
     for i in range(count):
         server.add_tool(f"extra_{i}", lambda _args: result(text("ok")),
@@ -290,6 +299,8 @@ def main():
                         help="also register stderr, which writes bytes that are not UTF-8 and a long line to stderr")
     parser.add_argument("--broken-answers", action="store_true",
                         help="also register broken_answer, whose answer does not parse")
+    parser.add_argument("--deprecated", action="store_true",
+                        help="also register read_file, deprecated, and its replacement read_text_file")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N",
                         help="also register N trivial tools extra_0..extra_{N-1}")
     options = parser.parse_args()
@@ -325,6 +336,8 @@ def main():
         register_noisy_stderr(server)
     if options.broken_answers:
         register_broken_answers(server)
+    if options.deprecated:
+        register_deprecated(server)
     register_extras(server, options.extra_tools)
     server.serve()
 
