@@ -95,7 +95,7 @@ impl ListRequest {
             return Listing::Signatures(format!("# no callable tool{what}"));
         }
         let signatures: Vec<String> =
-            names.iter().filter_map(|name| catalog.tools.get(name)).map(|entry| entry.signature().render()).collect();
+            names.iter().filter_map(|name| catalog.tools.get(name)).map(|entry| entry.python()).collect();
         Listing::Signatures(signatures.join("\n\n"))
     }
 }
@@ -160,11 +160,7 @@ impl InspectRequest {
             };
             return Err(RequestError::NotFound { name: shown(&self.tool_name), why });
         };
-        Ok(if self.python {
-            Inspection::Python(entry.signature().render())
-        } else {
-            Inspection::Json(entry.inspection())
-        })
+        Ok(if self.python { Inspection::Python(entry.python()) } else { Inspection::Json(entry.inspection()) })
     }
 }
 
