@@ -20,6 +20,7 @@ mod execute;
 mod http;
 mod http_hardening;
 mod limits;
+mod observed_shapes;
 mod pool;
 mod progress;
 mod reaper;
