@@ -213,18 +213,18 @@ impl Keys {
                     }
                 }
                 if keys.len() > MAX_KEYS {
-                    self.into_mapping();
+                    self.become_mapping();
                 }
             }
             (Keys::Mapping(values), other) => values.merge_unbounded(other.values()),
             (Keys::Named(_), other @ Keys::Mapping(_)) => {
-                self.into_mapping();
+                self.become_mapping();
                 self.merge(other);
             }
         }
     }
 
-    fn into_mapping(&mut self) {
+    fn become_mapping(&mut self) {
         let values = std::mem::replace(self, Keys::Mapping(Box::default())).values();
         *self = Keys::Mapping(Box::new(values));
     }
@@ -338,7 +338,7 @@ impl<'de> Visitor<'de> for Reader {
                     }
                 }
                 (Keys::Named(_), _) => {
-                    keys.into_mapping();
+                    keys.become_mapping();
                     keys.merge(Keys::Mapping(Box::new(shape)));
                 }
                 (Keys::Mapping(values), _) => values.merge_unbounded(shape),
