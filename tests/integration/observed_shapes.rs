@@ -41,3 +41,20 @@ async fn failed_calls_teach_no_shape() {
     ptc.execute("try:\n    await mcp__mock__fail()\nexcept ToolError:\n    pass").await.expect_ok();
     assert!(python_signature(&ptc, "mcp__mock__fail").await.contains("-> Any:  # no output schema"));
 }
+
+#[apply(integration_test!)]
+async fn a_reconnect_forgets_the_shapes_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("starts");
+    let ptc = Ptc::start(&config(&[mock_server("mock", &["--state-file", &state.display().to_string()])], "")).await;
+    ptc.execute("await mcp__mock__echo(n=1)").await.expect_ok();
+    assert!(python_signature(&ptc, "mcp__mock__echo").await.contains("-> dict:  # observed: {'n': int}\n"));
+    ptc.outcome("mcp__mock__crash()").await;
+    let restarted = || std::fs::read_to_string(&state).unwrap_or_default().lines().count() >= 2;
+    assert!(eventually(Duration::from_secs(10), restarted).await, "the server was not restarted");
+    // The second start happens after the lost session was taken down: tools listed from then on are new.
+    let echo = |names: &[String]| names.contains(&"mcp__mock__echo".to_string());
+    assert!(echo(&ptc.wait_for_tools(Duration::from_secs(10), echo).await));
+    let after = python_signature(&ptc, "mcp__mock__echo").await;
+    assert!(after.contains("-> Any:  # no output schema"), "a new session's listing forgets: {after}");
+}
