@@ -97,7 +97,7 @@ impl ListRequest {
             });
         }
         let signatures: Vec<String> =
-            names.iter().filter_map(|name| catalog.tools.get(name)).map(|entry| entry.signature().render()).collect();
+            names.iter().filter_map(|name| catalog.tools.get(name)).map(|entry| entry.python()).collect();
         Listing::Signatures(signatures.join("\n\n"))
     }
 }
@@ -169,11 +169,7 @@ impl InspectRequest {
             };
             return Err(RequestError::NotFound { name: shown(&self.tool_name), why });
         };
-        Ok(if self.python {
-            Inspection::Python(entry.signature().render())
-        } else {
-            Inspection::Json(entry.inspection())
-        })
+        Ok(if self.python { Inspection::Python(entry.python()) } else { Inspection::Json(entry.inspection()) })
     }
 }
 

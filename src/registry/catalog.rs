@@ -2,7 +2,8 @@
 //! connects, re-lists or goes down. Name collisions are detected here and reported, never overwritten.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::Tool;
 use serde_json::value::RawValue;
@@ -12,7 +13,7 @@ use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
 use crate::config::ToolFilter;
 use crate::naming::namespaced;
 use crate::search::{Document, Index, Parameter};
-use crate::signatures::Signature;
+use crate::signatures::{Shape, Signature};
 
 /// One callable downstream tool.
 pub struct ToolEntry {
@@ -28,6 +29,43 @@ pub struct ToolEntry {
     signature: Signature,
     /// The tool as the runner's `run` message carries it, serialised once.
     runner_spec: Box<RawValue>,
+    /// The shape of its results so far, for a tool without an output schema. It lives as long as this
+    /// listing of the tool: a new listing (`tools/list_changed`, a reconnect) starts afresh.
+    observed: Mutex<Option<Remembered>>,
+}
+
+/// A shape a tool's results had, holding one of the places for one.
+struct Remembered {
+    shape: Shape,
+    _slot: ShapeSlot,
+}
+
+/// How many tools' result shapes are remembered at once, across servers and listings.
+const MAX_SHAPES_REMEMBERED: usize = 256;
+
+/// The places for remembered result shapes: a tool whose results find none left stays unobserved.
+#[derive(Clone, Default)]
+pub struct ShapeSlots {
+    taken: Arc<AtomicUsize>,
+}
+
+/// One taken place, given back when the listing that held it is dropped.
+struct ShapeSlot {
+    taken: Arc<AtomicUsize>,
+}
+
+impl ShapeSlots {
+    fn take(&self) -> Option<ShapeSlot> {
+        let free = |taken: usize| (taken < MAX_SHAPES_REMEMBERED).then_some(taken + 1);
+        self.taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, free).ok()?;
+        Some(ShapeSlot { taken: Arc::clone(&self.taken) })
+    }
+}
+
+impl Drop for ShapeSlot {
+    fn drop(&mut self) {
+        self.taken.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl ToolEntry {
@@ -38,12 +76,37 @@ impl ToolEntry {
         let signature = Signature::of(&namespaced, &tool, wrapped);
         let runner_spec = serde_json::value::to_raw_value(&signature.runner_spec()).expect("specs serialise");
         let validator = OnceLock::new();
-        ToolEntry { namespaced, server: server.to_string(), tool, validator, wrapped, signature, runner_spec }
+        let observed = Mutex::new(None);
+        ToolEntry { namespaced, server: server.to_string(), tool, validator, wrapped, signature, runner_spec, observed }
     }
 
     /// The tool as a Python function.
     pub fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// The signature as Python source, with the shape of the results seen so far as the return type of a
+    /// tool without an output schema.
+    pub fn python(&self) -> String {
+        let observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        let returns = observed.as_ref().map(|remembered| remembered.shape.observed_return());
+        drop(observed);
+        self.signature.render_observed(returns.as_ref())
+    }
+
+    /// Adds the shape of `value`, what a program received from a successful call, to what was seen of the
+    /// tool's results (a tool with an output schema says what they are already). Reads the whole value:
+    /// call it where the result is read, off the runtime thread when it is large.
+    pub fn observe(&self, value: &RawValue, slots: &ShapeSlots) {
+        if self.tool.output_schema.is_some() {
+            return;
+        }
+        let Ok(shape) = Shape::of_json(value.get()) else { return };
+        let mut observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *observed {
+            Some(remembered) => remembered.shape.merge(shape),
+            None => *observed = slots.take().map(|_slot| Remembered { shape, _slot }),
+        }
     }
 
     /// What a search finds the tool by.
@@ -336,6 +399,44 @@ mod tests {
             Arc::new(ToolEntry::new("s", tool("b", schema("path")))),
         ];
         assert_eq!(Catalog::build(entries, &ToolFilter::All).search("time zone timezone"), ["mcp__s__a"]);
+    }
+
+    fn raw(json: &str) -> Box<RawValue> {
+        RawValue::from_string(json.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_tool_without_output_schema_shows_the_shape_of_its_results() {
+        let slots = ShapeSlots::default();
+        let entry = ToolEntry::new("s", tool("t", json!({})));
+        assert!(entry.python().contains("-> Any:  # no output schema"), "{}", entry.python());
+        entry.observe(&raw(r#"{"a": 1}"#), &slots);
+        entry.observe(&raw(r#"{"a": "x", "b": [true]}"#), &slots);
+        assert!(
+            entry.python().contains("-> dict:  # observed: {'a': str | int, 'b'?: list[bool]}"),
+            "{}",
+            entry.python()
+        );
+        let typed = ToolEntry::new("s", tool("t", json!({"outputSchema": {"type": "object"}})));
+        typed.observe(&raw(r#"{"a": 1}"#), &slots);
+        assert_eq!(typed.python(), typed.signature().render(), "the output schema says what results are");
+        assert_eq!(slots.taken.load(Ordering::Acquire), 1);
+        drop(entry);
+        assert_eq!(slots.taken.load(Ordering::Acquire), 0, "a dropped listing gives its place back");
+    }
+
+    #[test]
+    fn only_so_many_tools_remember_shapes() {
+        let slots = ShapeSlots::default();
+        let entries: Vec<ToolEntry> =
+            (0..=MAX_SHAPES_REMEMBERED).map(|i| ToolEntry::new("s", tool(&format!("t{i}"), json!({})))).collect();
+        for entry in &entries {
+            entry.observe(&raw("1"), &slots);
+        }
+        assert!(entries[0].python().contains("-> int:  # observed"));
+        assert!(entries[MAX_SHAPES_REMEMBERED].python().contains("# no output schema"), "one too many");
+        drop(entries);
+        assert_eq!(slots.taken.load(Ordering::Acquire), 0);
     }
 
     #[test]

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, ServerConfig, ToolFilter};
 use crate::naming::identifier_part;
 pub use call_error::{CallError, Failure};
-pub use catalog::{Catalog, ToolEntry};
+pub use catalog::{Catalog, ShapeSlots, ToolEntry};
 use liveness::LossKind;
 
 /// The connection state of one server.
@@ -62,6 +62,8 @@ pub struct Registry {
     limits: limits::Limits,
     filter: ToolFilter,
     catalog: RwLock<Arc<Catalog>>,
+    /// Places for the result shapes the catalog's tools remember.
+    shape_slots: ShapeSlots,
     started: Instant,
     /// How many servers have finished their first connection attempt (either way).
     settled: watch::Sender<usize>,
@@ -111,6 +113,7 @@ impl Registry {
             limits: limits::Limits::new(&config.execution),
             filter,
             catalog: RwLock::new(Arc::new(Catalog::default())),
+            shape_slots: ShapeSlots::default(),
             started,
             settled: watch::Sender::new(0),
             stop: CancellationToken::new(),
@@ -210,7 +213,8 @@ impl Registry {
     }
 
     /// Calls a tool by its namespaced name, waiting at most `timeout` for its answer. A large result is read
-    /// on a blocking thread: the runtime thread serves every other run meanwhile.
+    /// (and its shape taken, see [`ToolEntry::observe`]) on a blocking thread: the runtime thread serves every
+    /// other run meanwhile.
     pub async fn call(
         &self,
         name: &str,
@@ -231,8 +235,10 @@ impl Registry {
             Ok(Ok(result)) => result,
         };
         let large = result::is_large(&result);
+        let slots = self.shape_slots.clone();
         let read = move || -> Result<CallResult, result::ResultError> {
             let value = result::interpret(&mut result, &entry.result_shape(), max_result_bytes)?;
+            entry.observe(&value, &slots);
             Ok(CallResult { value, media: result::media(result) })
         };
         let read = if large {

@@ -6,6 +6,7 @@
 //! (required and optional ones mixed). A key that is no Python identifier (`from`, `user-id`) gets a mapped
 //! name (`from_`, `user_id`) that the runner maps back on the call.
 
+mod observed;
 mod python;
 mod types;
 
@@ -15,6 +16,7 @@ use rmcp::model::Tool;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use observed::{ObservedReturn, Shape};
 use python::{comment_text, docstring, identifier, is_plain_identifier, literal, string_literal};
 use types::{Converter, Field, TypedDictDef, camel_case};
 
@@ -100,6 +102,11 @@ impl Signature {
     /// The signature as Python source: the `TypedDict`s it uses, then `async def ...` with one parameter
     /// a line, each followed by its comment, and the description as docstring.
     pub fn render(&self) -> String {
+        self.render_observed(None)
+    }
+
+    /// [`Signature::render`], with the return type `observed` in results when the tool declares none.
+    pub fn render_observed(&self, observed: Option<&ObservedReturn>) -> String {
         let mut out = String::new();
         for typed_dict in &self.typed_dicts {
             render_typed_dict(typed_dict, &mut out);
@@ -130,9 +137,15 @@ impl Signature {
             }
             out.push(')');
         }
-        match &self.returns {
-            Some(returns) => out.push_str(&format!(" -> {returns}:\n")),
-            None => out.push_str(&format!(" -> Any:  {NO_OUTPUT_SCHEMA}\n")),
+        match (&self.returns, observed) {
+            (Some(returns), _) => out.push_str(&format!(" -> {returns}:\n")),
+            (None, Some(observed)) if observed.detail == observed.annotation => {
+                out.push_str(&format!(" -> {}:  # observed\n", observed.annotation));
+            }
+            (None, Some(observed)) => {
+                out.push_str(&format!(" -> {}:  # observed: {}\n", observed.annotation, observed.detail));
+            }
+            (None, None) => out.push_str(&format!(" -> Any:  {NO_OUTPUT_SCHEMA}\n")),
         }
         out.push_str("    ");
         if self.description.trim().is_empty() {

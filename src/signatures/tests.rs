@@ -217,3 +217,20 @@ fn the_runner_gets_the_parameters_and_the_rendered_signature() {
         })
     );
 }
+
+#[test]
+fn observed_results_replace_the_missing_return_type_and_stay_valid_python() {
+    let plain = tool(json!({"name": "ls", "inputSchema": {"type": "object", "properties": {}}}));
+    let observed = Shape::of_json(r#"[{"path": "a", "size": 1}]"#).unwrap().observed_return();
+    let text = plain.signature().render_observed(Some(&observed));
+    assert!(
+        text.contains("async def mcp__s__ls() -> list[dict]:  # observed: [{'path': str, 'size': int}]\n"),
+        "{text}"
+    );
+    let text_only = Shape::of_json(r#""hello""#).unwrap().observed_return();
+    let text_result = plain.signature().render_observed(Some(&text_only));
+    assert!(text_result.contains("async def mcp__s__ls() -> str:  # observed\n"), "{text_result}");
+    assert_parses(&[text, text_result]);
+    let typed = tool(json!({"name": "n", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"}}));
+    assert_eq!(typed.signature().render_observed(Some(&observed)), typed.signature().render(), "a schema wins");
+}

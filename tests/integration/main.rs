@@ -21,6 +21,7 @@ mod hangup;
 mod http;
 mod http_hardening;
 mod limits;
+mod observed_shapes;
 mod pool;
 mod progress;
 mod reaper;
