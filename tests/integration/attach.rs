@@ -193,7 +193,8 @@ async fn a_lying_program_sending_a_huge_file_is_cut_off_at_the_line_limit() {
     let before = peak_rss_kib(server);
     // 100 MB of base64 claimed to be a small file, in one line, straight to the channel's fd.
     let code = r#"import os
-line = b'{"type":"attach","id":900,"name":"a.bin","mime_type":"image/png","size":1,"data":"' + b"A" * 100_000_000 + b'"}\n'
+head = b'{"type":"attach","id":900,"name":"a.bin","mime_type":"image/png","size":1,"data":"'
+line = head + b"A" * 100_000_000 + b'"}\n'
 for fd in range(3, 64):
     try:
         os.write(fd, line)
@@ -209,4 +210,17 @@ print("sent")"#;
     assert!(grew_mib < 64, "the server's peak RSS grew by {grew_mib} MiB");
     assert!(started.elapsed() < Duration::from_secs(60));
     assert_eq!(kinds(&ptc.execute("print('still usable')").await), ["text"]);
+}
+
+#[apply(integration_test!)]
+async fn a_file_of_max_attachment_bytes_arrives_whole_whatever_the_other_limits() {
+    // Its line (the base64 of 10 MiB) is far longer than a call's arguments or the output may be.
+    let Some(ptc) = ptc("  max_tool_result_bytes: 100000\n  max_output_bytes: 1000\n").await else { return };
+    let code = "open('big.csv', 'w').write('0123456789abcde\\n' * (10 << 16))\nattach('big.csv')";
+    let started = Instant::now();
+    let run = ptc.execute(code).await;
+    eprintln!("a 10 MiB file attached in {:?}", started.elapsed());
+    run.expect_ok();
+    let [ResourceContents::TextResourceContents { text, .. }] = &resources(&run)[..] else { panic!("{}", run.text()) };
+    assert!(text.len() == 10 << 20 && text.starts_with("0123456789abcde\n0123"), "{} bytes", text.len());
 }
