@@ -136,7 +136,7 @@ fn refused(why: &RequestError) -> CallToolResult {
 
 /// The `execute_program` result: the text, and the structured content.
 fn execute_result(report: &RunReport, trace: TraceMode) -> CallToolResult {
-    // What show() attached follows the text.
+    // What show() and attach() attached follows the text.
     let mut content = vec![ContentBlock::text(report.text(trace))];
     content.extend(report.attachments.iter().cloned());
     let mut result = if report.ok() { CallToolResult::success(content) } else { CallToolResult::error(content) };
@@ -283,7 +283,7 @@ stay in the program and only what it prints comes back.
 - Call tools (mcp__<server>__<tool>, see list_callable_tools) with keyword arguments and await them: \
 rows = await mcp__db__query(sql=\"...\"). Top-level await works; asyncio.gather runs calls concurrently.{precheck}
 - Results are parsed JSON (dict, list, str, ...); extra text or non-text content is kept under \"_notes\"; \
-show(result) attaches its images and audio to this result.
+show(result) attaches its images and audio to this result, attach(path) a file of the working directory.
 - A failing call raises ToolError; catch it to carry on.
 - Only printed output comes back (at most {max_output} bytes); emit(value) also returns one JSON value. \
 list_callable_tools(), inspect_tool() and server_status() work inside programs too.
@@ -326,9 +326,16 @@ mod tests {
     fn the_definitions_name_every_new_argument() {
         let tools = tool_definitions(&ExecutionConfig::default());
         let text = serde_json::to_string(&tools).unwrap();
-        for needle in
-            ["\"query\"", "\"detail\"", "\"limit\"", "\"format\"", "signatures", "show(result)", "checked before"]
-        {
+        for needle in [
+            "\"query\"",
+            "\"detail\"",
+            "\"limit\"",
+            "\"format\"",
+            "signatures",
+            "show(result)",
+            "attach(path)",
+            "checked before",
+        ] {
             assert!(text.contains(needle), "{needle} missing");
         }
     }

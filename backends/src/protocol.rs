@@ -44,6 +44,16 @@ pub enum FromRunner {
         call: u64,
         blocks: BlockIndices,
     },
+    /// `attach()`: a file of the working directory, `name` its path there. `data` is its bytes in base64,
+    /// absent when the file (`size` bytes) is larger than `max_attachment_bytes`.
+    Attach {
+        id: u64,
+        name: String,
+        mime_type: String,
+        size: u64,
+        #[serde(default)]
+        data: Option<String>,
+    },
     Emit {
         value: Value,
     },
@@ -111,8 +121,10 @@ pub enum ToRunner<'a> {
         /// Check the program's tool calls before running it.
         precheck: bool,
         max_output_bytes: usize,
+        /// The most `attach()` sends of a file: a larger one goes without its data.
+        max_attachment_bytes: usize,
     },
-    /// The answer to one `call`, `helper` or `show`: `value` (already-serialised JSON, passed through without
+    /// The answer to one `call`, `helper`, `show` or `attach`: `value` (already-serialised JSON, passed through without
     /// another parse) when `ok`, else `error`; for a call, `media` lists the placeholders of the image and
     /// audio blocks its result carries, in order. Built with [`ToRunner::success`] and [`ToRunner::failure`].
     Result {
@@ -200,6 +212,26 @@ mod tests {
             ),
             (r#"{"type":"output","data":"hi\n"}"#, FromRunner::Output { data: "hi\n".into() }),
             (
+                r#"{"type":"attach","id":5,"name":"out/a.csv","mime_type":"text/csv","size":2,"data":"YSwK"}"#,
+                FromRunner::Attach {
+                    id: 5,
+                    name: "out/a.csv".into(),
+                    mime_type: "text/csv".into(),
+                    size: 2,
+                    data: Some("YSwK".into()),
+                },
+            ),
+            (
+                r#"{"type":"attach","id":6,"name":"big.bin","mime_type":"application/octet-stream","size":99}"#,
+                FromRunner::Attach {
+                    id: 6,
+                    name: "big.bin".into(),
+                    mime_type: "application/octet-stream".into(),
+                    size: 99,
+                    data: None,
+                },
+            ),
+            (
                 r#"{"type":"call","id":3,"tool":"mcp__a__b","args":{"x":1}}"#,
                 FromRunner::Call {
                     id: 3,
@@ -251,6 +283,8 @@ mod tests {
             r#"{"type":"call","id":-1,"tool":"t","args":{}}"#,
             r#"{"type":"ready","version":2,"extra":true}"#,
             r#"{"type":"show","id":1,"call":1,"blocks":[-1]}"#,
+            r#"{"type":"attach","id":1,"name":"a","mime_type":"text/plain","size":-1}"#,
+            r#"{"type":"attach","id":1,"name":"a","size":1,"data":""}"#,
         ] {
             assert!(FromRunner::parse(line.as_bytes()).is_err(), "{line}");
         }
@@ -268,12 +302,14 @@ mod tests {
             down: &down,
             precheck: true,
             max_output_bytes: 10,
+            max_attachment_bytes: 20,
         };
         assert_eq!(
             String::from_utf8(run.to_line()).unwrap(),
             "{\"type\":\"run\",\"code\":\"print(1)\",\"tools\":[{\"name\":\"mcp__a__b\",\"params\":[]}],\
              \"not_callable\":{\"mcp__a__c\":\"it is blocked by tools.block\"},\
-             \"down\":{\"mcp__d__\":\"server 'd' is unavailable: gone\"},\"precheck\":true,\"max_output_bytes\":10}\n"
+             \"down\":{\"mcp__d__\":\"server 'd' is unavailable: gone\"},\"precheck\":true,\"max_output_bytes\":10,\
+             \"max_attachment_bytes\":20}\n"
         );
         let media = ["[non-text content omitted: image (image/png)]".to_string()];
         let with_media = ToRunner::success_parts(5, tools.clone(), &media);

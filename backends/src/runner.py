@@ -29,10 +29,14 @@ Design:
 * `show(x)` attaches the images and audio of a tool result (or one of its placeholders) to the run's result:
   results that carry some list their placeholders in `media`; `show` names the call and the blocks, and the
   server checks and bounds what it attaches.
+* `attach(path)` sends a file of the working directory (its bytes in base64, none past max_attachment_bytes) for
+  the server to return as an embedded resource. Its path rules only make mistakes clear: the sandbox is what
+  keeps the program from reading anything else.
 * The runner only keeps the channel clean: the server enforces every limit (time, calls, output) itself.
 """
 import ast
 import asyncio
+import base64
 import builtins
 import codecs
 import inspect
@@ -43,6 +47,7 @@ import linecache
 import os
 import re
 import select
+import stat
 import sys
 import threading
 import time
@@ -66,6 +71,10 @@ EXCEPTION_GROUPS = getattr(builtins, "BaseExceptionGroup", ())  # 3.11+; isinsta
 # How the server starts every `result` line (serde writes the fields in this order): enough to find the waiting
 # request when the rest of the line cannot be decoded.
 RESULT_PREFIX = re.compile(rb'\{"type":"result","id":(\d{1,18}),')
+# attach(): a MIME type as the server accepts it (RFC 6838 names, at most 64 characters each side), and the
+# longest path it takes (relative to the working directory, in UTF-8).
+MIME_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}")
+MAX_ATTACH_NAME = 4096
 
 
 class ToolError(Exception):
@@ -352,16 +361,18 @@ class Run:
             raise ValueError("expected a JSON object of type run")
         code, tools, limit = message.get("code"), message.get("tools"), message.get("max_output_bytes")
         not_callable, down, precheck = message.get("not_callable"), message.get("down"), message.get("precheck")
+        attach_limit = message.get("max_attachment_bytes")
         if (type(code) is not str or type(tools) is not list or not all(type(t) is dict for t in tools)
                 or not is_text_map(not_callable) or not is_text_map(down) or type(precheck) is not bool
-                or type(limit) is not int or limit < 0):
+                or type(limit) is not int or limit < 0 or type(attach_limit) is not int or attach_limit < 0):
             raise ValueError("expected {type: run, code: str, tools: [object], not_callable: {str: str}, "
-                             "down: {str: str}, precheck: bool, max_output_bytes: int >= 0}")
+                             "down: {str: str}, precheck: bool, max_output_bytes: int >= 0, "
+                             "max_attachment_bytes: int >= 0}")
         try:
             self.toolbox = Toolbox(tools, not_callable, down)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"a tool without {e}") from None
-        self.code, self.precheck, self.limit = code, precheck, limit
+        self.code, self.precheck, self.limit, self.attach_limit = code, precheck, limit, attach_limit
 
 
 def is_text_map(value):
@@ -571,6 +582,93 @@ def make_show(channel, book):
     return show
 
 
+def make_attach(channel, workdir, limit):
+    mime_types = []  # mimetypes' own table, made on first use
+
+    def attach(path, mime_type=None):
+        """Return a file of the working directory to the client with this run's result, as an embedded
+        resource: text for text types, else base64. mime_type ('type/subtype') is guessed from the file's name
+        when not given. What does not fit max_attachments / max_attachment_bytes is left out, and attach()
+        prints what."""
+        if mime_type is not None and (type(mime_type) is not str or not MIME_TYPE.fullmatch(mime_type)):
+            raise ValueError("attach(): mime_type must look like 'text/csv' (letters, digits and !#$&^_.+- on "
+                             f"each side of the '/', at most 64 each); got {short_repr(mime_type)}")
+        name, fd, size = attachment_file(path, workdir)
+        try:
+            data, size = read_at_most(fd, limit, size)
+        finally:
+            os.close(fd)
+        fields = {"name": name, "mime_type": mime_type or guess_mime_type(name, mime_types), "size": size}
+        if data is not None:
+            fields["data"] = base64.b64encode(data).decode("ascii")
+        answer = request(channel, "attach", fields)
+        left_out = answer.get("left_out") if type(answer) is dict else None
+        if left_out:
+            print(f"[attach(): left out {left_out}]")
+
+    return attach
+
+
+def attachment_file(path, workdir):
+    """(name, fd, size) of the file attach(path) means: `path` is taken as open() takes it and must lead, all
+    symlinks followed, to a regular file inside the working directory; `name` is where, relative to it. The
+    file is opened without blocking (a FIFO must not hang the run)."""
+    given = os.fspath(path)
+    if type(given) is not str:
+        raise TypeError(f"attach(): path must be a str or a path, got {type(path).__name__}")
+    root = os.path.realpath(workdir)
+    real = os.path.realpath(given)
+    if os.path.commonpath([root, real]) != root:
+        raise ValueError(f"attach(): {given!r} is outside the working directory ({root}): only its files (symlinks "
+                         "followed) can be attached")
+    name = os.path.relpath(real, root)
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_ATTACH_NAME:
+        raise ValueError(f"attach(): the path is longer than {MAX_ATTACH_NAME} bytes")
+    kind = os.stat(real).st_mode  # FileNotFoundError and the like say themselves what is wrong
+    if not stat.S_ISREG(kind):
+        what = "a directory" if stat.S_ISDIR(kind) else "not a regular file (a FIFO, a socket or a device)"
+        raise ValueError(f"attach(): {given!r} is {what}: only regular files can be attached")
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(fd)  # what was opened, should the path have changed since
+        if not stat.S_ISREG(status.st_mode):
+            raise ValueError(f"attach(): {given!r} is not a regular file: only regular files can be attached")
+    except BaseException:
+        os.close(fd)
+        raise
+    return name, fd, status.st_size
+
+
+def read_at_most(fd, limit, size):
+    """(the file's bytes or None when it holds more than `limit`, its size): a file that grows while it is read
+    is read no further than that."""
+    if size > limit:
+        return None, size
+    chunks, total = [], 0
+    while total <= limit:
+        chunk = os.read(fd, min(LINE_READ_CHUNK, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks), total
+        chunks.append(chunk)
+        total += len(chunk)
+    return None, total
+
+
+def guess_mime_type(name, table):
+    """The MIME type of a file from its name, by the table Python ships (never the host's files, so that every
+    sandbox guesses the same); compressed files are their compression's type."""
+    if not table:
+        import mimetypes  # only when asked: most programs attach nothing
+        try:
+            table.append(mimetypes.MimeTypes())
+        except OSError:  # its first use reads the host's tables, which a sandbox may deny; then never again
+            table.append(mimetypes.MimeTypes())
+    guessed, encoding = table[0].guess_type(name)
+    if encoding is not None:
+        guessed = "application/gzip" if encoding == "gzip" else None
+    return guessed if guessed is not None and MIME_TYPE.fullmatch(guessed) else "application/octet-stream"
+
+
 def make_help(tools):
     def help(*args, **kwargs):
         """help(mcp__server__tool) shows a tool's signature and description; help(x) is pydoc's help."""
@@ -599,7 +697,7 @@ def make_emit(channel, limit):
     return emit
 
 
-def make_globals(channel, toolbox, book, limit):
+def make_globals(channel, toolbox, book, limit, attach):
     """A fresh __main__ module for the program (so pickle, dataclasses, `import __main__` see the program)."""
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
@@ -614,6 +712,7 @@ def make_globals(channel, toolbox, book, limit):
         ToolError=ToolError,
         emit=make_emit(channel, limit),
         show=make_show(channel, book),
+        attach=attach,
         help=make_help(signatures),
         list_callable_tools=make_helper(
             channel, "list_callable_tools",
@@ -796,7 +895,7 @@ def main():
     error, tree = checked(run)
     if error is None:
         book = CallBook()
-        namespace = make_globals(channel, run.toolbox, book, run.limit)
+        namespace = make_globals(channel, run.toolbox, book, run.limit, make_attach(channel, workdir, run.attach_limit))
         error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book, run.code, workdir))
     finish(channel, drain, streams, error)
 

@@ -15,7 +15,7 @@ import unittest
 
 from runner_source import RUNNER_SOURCE, run_message
 
-MESSAGE_TYPES = {"ready", "output", "call", "helper", "show", "emit", "done"}
+MESSAGE_TYPES = {"ready", "output", "call", "helper", "show", "attach", "emit", "done"}
 
 
 class Runner:
@@ -102,7 +102,7 @@ class RunnerTest(unittest.TestCase):
             messages.append(message)
             if message["type"] == "done":
                 break
-            if message["type"] in ("call", "helper", "show") and answer is not None:
+            if message["type"] in ("call", "helper", "show", "attach") and answer is not None:
                 reply = answer(message)
                 if reply is not None:
                     runner.send(reply)
@@ -564,8 +564,8 @@ class RunnerTest(unittest.TestCase):
             print(__name__, __main__.__dict__ is globals(), __builtins__.__name__)
         """, tools=["mcp__s__t"])
         self.assertEqual(self.output(messages),
-                         "['ToolError', 'emit', 'help', 'inspect_tool', 'list_callable_tools', 'mcp__s__t', "
-                         "'server_status', 'show']\n__main__ True builtins\n")
+                         "['ToolError', 'attach', 'emit', 'help', 'inspect_tool', 'list_callable_tools', "
+                         "'mcp__s__t', 'server_status', 'show']\n__main__ True builtins\n")
 
     # --- signatures, the check before running, errors that teach, show -------------------------
 
@@ -968,6 +968,88 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(self.output(messages),
                          "[show(): left out audio (audio/wav): max_attachments (1) already attached]\n"
                          + "show() takes a tool result that carries\n" * 3)
+
+    # --- attach ---------------------------------------------------------------------------------
+
+    def test_attach_sends_a_files_path_type_and_bytes_and_only_the_size_past_the_limit(self):
+        def answer(request):
+            left = "file big.bin (application/octet-stream): 40 bytes" if "data" not in request else None
+            return ok(request, {"attached": 0 if left else 1, "left_out": left})
+
+        messages = self.run_program("""
+            import os, pathlib
+            pathlib.Path("data.csv").write_bytes(b"a,b\\r\\n1,\\xc3\\xa9\\n")
+            os.makedirs("out/deep")
+            pathlib.Path("out/deep/plot.png").write_bytes(bytes(range(20)))
+            pathlib.Path("notes").write_text("x")
+            pathlib.Path("pack.tar.gz").write_bytes(b"")
+            pathlib.Path("big.bin").write_bytes(b"0" * 40)
+            os.symlink("out/deep/plot.png", "alias")
+            attach("data.csv")
+            os.chdir("out")
+            attach(pathlib.Path("deep/../deep/plot.png"))
+            os.chdir("..")
+            attach("notes", mime_type="application/vnd.example+json")
+            attach("pack.tar.gz")
+            print(attach("alias"))
+            attach("big.bin")
+        """, answer=answer, max_attachment_bytes=32)
+        self.assert_success(messages)
+        sent = [{k: v for k, v in m.items() if k not in ("type", "id")} for m in self.of_type(messages, "attach")]
+        self.assertEqual(sent, [
+            {"name": "data.csv", "mime_type": "text/csv", "size": 10, "data": "YSxiDQoxLMOpCg=="},
+            {"name": "out/deep/plot.png", "mime_type": "image/png", "size": 20,
+             "data": "AAECAwQFBgcICQoLDA0ODxAREhM="},
+            {"name": "notes", "mime_type": "application/vnd.example+json", "size": 1, "data": "eA=="},
+            {"name": "pack.tar.gz", "mime_type": "application/gzip", "size": 0, "data": ""},
+            {"name": "out/deep/plot.png", "mime_type": "image/png", "size": 20,
+             "data": "AAECAwQFBgcICQoLDA0ODxAREhM="},
+            {"name": "big.bin", "mime_type": "application/octet-stream", "size": 40},
+        ])
+        self.assertEqual(self.output(messages),
+                         "None\n[attach(): left out file big.bin (application/octet-stream): 40 bytes]\n")
+
+    def test_attach_refuses_what_is_outside_the_working_directory_or_no_regular_file_at_once(self):
+        outside = tempfile.NamedTemporaryFile()
+        self.addCleanup(outside.close)
+        messages = self.run_program(f"""
+            import os, time
+            os.symlink({outside.name!r}, "out")
+            os.symlink("..", "up")
+            os.mkdir("dir")
+            os.mkfifo("fifo")
+            start = time.monotonic()
+            for path, mime in [("../x", None), ({outside.name!r}, None), ("out", None), ("up/x", None),
+                               ("dir", None), (".", None), ("fifo", None), ("missing", None),
+                               ("dir", "text"), ("dir", "a/b/c"), ("dir", "a/" + "b" * 65), ("dir", 5), (5, None)]:
+                try:
+                    attach(path, mime_type=mime)
+                except (ValueError, TypeError, OSError) as e:
+                    print(type(e).__name__, str(e).replace(os.getcwd(), "CWD").replace({outside.name!r}, "OUT"))
+            print(time.monotonic() - start < 2)
+        """)
+        self.assert_success(messages)
+        self.assertEqual(self.of_type(messages, "attach"), [])
+        outside_rule = "is outside the working directory (CWD): only its files (symlinks followed) can be attached"
+        mime_rule = ("attach(): mime_type must look like 'text/csv' (letters, digits and !#$&^_.+- on each side "
+                     "of the '/', at most 64 each); got ")
+        self.assertEqual(self.output(messages).splitlines(), [
+            f"ValueError attach(): '../x' {outside_rule}",
+            f"ValueError attach(): 'OUT' {outside_rule}",
+            f"ValueError attach(): 'out' {outside_rule}",
+            f"ValueError attach(): 'up/x' {outside_rule}",
+            "ValueError attach(): 'dir' is a directory: only regular files can be attached",
+            "ValueError attach(): '.' is a directory: only regular files can be attached",
+            "ValueError attach(): 'fifo' is not a regular file (a FIFO, a socket or a device): only regular files "
+            "can be attached",
+            "FileNotFoundError [Errno 2] No such file or directory: 'CWD/missing'",
+            f"ValueError {mime_rule}'text'",
+            f"ValueError {mime_rule}'a/b/c'",
+            f"ValueError {mime_rule}'a/" + "b" * 54 + "...",
+            f"ValueError {mime_rule}5",
+            "TypeError expected str, bytes or os.PathLike object, not int",
+            "True",
+        ])
 
     # --- errors ---------------------------------------------------------------------------------
 

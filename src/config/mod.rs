@@ -163,7 +163,8 @@ pub struct ExecutionConfig {
     /// Check the program's tool calls before it runs (unknown tools and arguments, literal values, calls
     /// never awaited); any finding and nothing runs.
     pub precheck: bool,
-    /// How many image/audio blocks `show()` may attach to one result, and their total size (base64 text).
+    /// How many image/audio blocks (`show()`) and files (`attach()`) one result may carry, and their total
+    /// size (base64 text; a text file's text).
     pub max_attachments: usize,
     pub max_attachment_bytes: usize,
 }

@@ -1,13 +1,14 @@
-//! What `show()` attaches to a run's result. The run keeps the image and audio blocks of its calls'
-//! results — the latest ones, within `max_attachment_bytes` — and attaches those the program shows, at most
-//! `max_attachments` of them and `max_attachment_bytes` in all. Whatever the program sends, what is kept and
-//! attached stays within those bounds.
+//! What `show()` and `attach()` attach to a run's result. The run keeps the image and audio blocks of its
+//! calls' results — the latest ones, within `max_attachment_bytes` — and attaches those the program shows, and
+//! the files it attaches, at most `max_attachments` of them and `max_attachment_bytes` in all, in the order
+//! asked. Whatever the program sends, what is kept and attached stays within those bounds.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use rmcp::model::ContentBlock;
 use serde_json::{Value, json};
 
+use super::files::{File, FileError};
 use crate::registry::result::Media;
 
 /// A `show()` request that names what the run never had: only a forged one does.
@@ -44,6 +45,8 @@ pub struct Attachments {
     kept_bytes: usize,
     attached: Vec<ContentBlock>,
     attached_bytes: usize,
+    /// The files among them, in words.
+    files: Vec<String>,
 }
 
 impl Attachments {
@@ -56,6 +59,7 @@ impl Attachments {
             kept_bytes: 0,
             attached: Vec::new(),
             attached_bytes: 0,
+            files: Vec::new(),
         }
     }
 
@@ -144,14 +148,48 @@ impl Attachments {
         Ok(json!({"attached": attached, "left_out": left_out}))
     }
 
-    /// The attached blocks, in the order they were shown.
-    pub fn into_blocks(self) -> Vec<ContentBlock> {
-        self.attached
+    /// `attach()`: attaches file `file` from its bytes in base64, `data` (`None` when the program found it
+    /// larger than `max_attachment_bytes`: `size` bytes). The answer is `show()`'s.
+    pub fn attach(&mut self, file: File, size: u64, data: Option<String>) -> Result<Value, FileError> {
+        let what = file.what();
+        let max_bytes = self.max_bytes;
+        let left_out = match data {
+            None if size > max_bytes as u64 => {
+                Some(format!("{what}: {size} bytes, more than max_attachment_bytes ({max_bytes})"))
+            }
+            None => return Err(FileError::NoData(size)),
+            Some(_) if self.attached.len() >= self.max_count => {
+                Some(format!("{what}: max_attachments ({}) already attached", self.max_count))
+            }
+            Some(data) => {
+                let resource = file.resource(data)?;
+                let (bytes, counted) = (resource.bytes, if resource.base64 { " of base64" } else { "" });
+                if bytes > max_bytes {
+                    Some(format!("{what}: {bytes} bytes{counted}, more than max_attachment_bytes ({max_bytes})"))
+                } else if self.attached_bytes + resource.bytes > max_bytes {
+                    Some(format!("{what}: the attachments would pass max_attachment_bytes ({max_bytes})"))
+                } else {
+                    self.attached_bytes += resource.bytes;
+                    self.attached.push(resource.block);
+                    self.files.push(what);
+                    None
+                }
+            }
+        };
+        Ok(json!({"attached": usize::from(left_out.is_none()), "left_out": left_out}))
+    }
+
+    /// The attached blocks, in the order they were shown or attached, and the files among them in words.
+    pub fn into_parts(self) -> (Vec<ContentBlock>, Vec<String>) {
+        (self.attached, self.files)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+
     use super::*;
 
     fn image(bytes: usize) -> Media {
@@ -168,7 +206,7 @@ mod tests {
         );
         assert_eq!(attachments.show(1, &[1]), Ok(json!({"attached": 1, "left_out": null})));
         assert_eq!(attachments.show(1, &[0, 1, 1]), Ok(json!({"attached": 1, "left_out": null})));
-        assert_eq!(attachments.into_blocks(), [audio.block, image(10).block]);
+        assert_eq!(attachments.into_parts().0, [audio.block, image(10).block]);
     }
 
     #[test]
@@ -208,6 +246,56 @@ mod tests {
         assert!(attachments.kept_bytes == 0 && attachments.attached_bytes == 60);
     }
 
+    fn csv(path: &str) -> File {
+        File::new(path.into(), "text/csv".into()).unwrap()
+    }
+
+    fn mime_type(path: &str) -> &'static str {
+        if path.ends_with(".csv") { "text/csv" } else { "application/octet-stream" }
+    }
+
+    #[test]
+    fn files_share_the_bounds_with_shown_blocks_in_the_order_asked() {
+        let mut attachments = Attachments::new(3, 100);
+        let mut attach = |path: &str, size: u64, data: Option<String>| {
+            let file = File::new(path.into(), mime_type(path).into()).unwrap();
+            attachments.attach(file, size, data).unwrap()["left_out"].as_str().map(str::to_string)
+        };
+        assert_eq!(attach("a.csv", 50, Some(STANDARD.encode("x".repeat(50)))), None);
+        let pass = "the attachments would pass max_attachment_bytes (100)";
+        assert_eq!(
+            attach("b.csv", 60, Some(STANDARD.encode("y".repeat(60)))),
+            Some(format!("file b.csv (text/csv): {pass}"))
+        );
+        assert_eq!(
+            attach("c.bin", 90, Some("A".repeat(120))),
+            Some(
+                "file c.bin (application/octet-stream): 120 bytes of base64, more than max_attachment_bytes (100)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            attach("d.csv", 500, None),
+            Some("file d.csv (text/csv): 500 bytes, more than max_attachment_bytes (100)".into())
+        );
+        assert_eq!(attach("e.csv", 3, Some("eg==".into())), None);
+        attachments.keep(1, vec![image(60)]);
+        assert_eq!(
+            attachments.show(1, &[0]),
+            Ok(json!({"attached": 0, "left_out": format!("image (image/png): {pass}")}))
+        );
+        attachments.keep(2, vec![image(4)]);
+        attachments.show(2, &[0]).unwrap();
+        let full = attachments.attach(csv("f.csv"), 0, Some(String::new())).unwrap();
+        assert_eq!(
+            full,
+            json!({"attached": 0, "left_out": "file f.csv (text/csv): max_attachments (3) already attached"})
+        );
+        let (blocks, files) = attachments.into_parts();
+        assert_eq!(blocks.len(), 3);
+        assert_eq!(files, ["file a.csv (text/csv)", "file e.csv (text/csv)"]);
+    }
+
     #[test]
     fn forged_requests_are_refused() {
         let mut attachments = Attachments::new(4, 100);
@@ -216,5 +304,7 @@ mod tests {
         assert_eq!(attachments.show(9, &[0]).unwrap_err().to_string(), "show(): call 9 returned no image or audio");
         assert_eq!(attachments.show(1, &[5]), Err(ShowError::NoBlock { call: 1, index: 5 }));
         assert_eq!(attachments.show(1, &[5]).unwrap_err().to_string(), "show(): call 1 has no block 5");
+        assert_eq!(attachments.attach(csv("a.csv"), 5, None), Err(FileError::NoData(5)));
+        assert_eq!(attachments.attach(csv("a.csv"), 5, Some("%%".into())), Err(FileError::Data));
     }
 }

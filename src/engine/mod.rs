@@ -4,6 +4,7 @@
 mod approval;
 mod attachments;
 mod expiry;
+mod files;
 mod gate;
 mod output;
 mod pool;

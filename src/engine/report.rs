@@ -66,8 +66,11 @@ pub struct RunReport {
     /// exactly when `outcome` is not `Ok`.
     pub error: Option<String>,
     pub trace: Trace,
-    /// Image and audio blocks the program attached with `show()`, in order.
+    /// Image and audio blocks the program attached with `show()` and files it attached with `attach()`, in
+    /// order.
     pub attachments: Vec<ContentBlock>,
+    /// The files among them, in words (`file out/data.csv (text/csv)`).
+    pub files: Vec<String>,
 }
 
 impl RunReport {
@@ -108,6 +111,9 @@ impl RunReport {
                 text
             }
         };
+        if !self.files.is_empty() {
+            text.push_str(&format!("\n[attached: {}]", self.files.join(", ")));
+        }
         if trace_mode == TraceMode::Summary
             && let Some(summary) = self.trace.summary(self.error.as_deref(), &self.output)
         {
@@ -164,6 +170,22 @@ mod tests {
         assert_eq!(
             report.structured(),
             json!({"ok": false, "output": "step 1\n", "result": null, "error": "ValueError: bad", "tool_calls": []})
+        );
+    }
+
+    #[test]
+    fn attached_files_are_named_on_one_line_after_the_output_or_the_error() {
+        let files = vec!["file a.csv (text/csv)".to_string(), "file p.png (image/png)".to_string()];
+        let report = RunReport { output: "x\n".into(), files: files.clone(), ..RunReport::default() };
+        assert_eq!(
+            report.text(TraceMode::Off),
+            "[Script executed successfully]\nx\n[attached: file a.csv (text/csv), file p.png (image/png)]"
+        );
+        let failed = RunReport { files, ..RunReport::failed(Outcome::Error, "ValueError: bad".into()) };
+        assert!(
+            failed
+                .text(TraceMode::Off)
+                .ends_with("ValueError: bad\n[attached: file a.csv (text/csv), file p.png (image/png)]")
         );
     }
 

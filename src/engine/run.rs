@@ -19,6 +19,7 @@ use super::RunProgress;
 use super::approval::{Approval, ApprovalRequest};
 use super::attachments::Attachments;
 use super::expiry::{Expired, Expiry};
+use super::files::File;
 use super::output::{Marker, OutputBuffer, clip};
 use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport, timed_out};
@@ -110,9 +111,11 @@ fn max_arguments(settings: &ExecutionConfig) -> usize {
     settings.max_tool_result_bytes.min(MAX_ARGUMENT_BYTES)
 }
 
-/// The longest line accepted from the runner.
+/// The longest line accepted from the runner: room for the largest call, output, or file `attach()` sends
+/// (in base64).
 pub(super) fn max_line(settings: &ExecutionConfig) -> usize {
-    max_arguments(settings).max(settings.max_output_bytes).saturating_add(LINE_SLACK)
+    let file = settings.max_attachment_bytes.div_ceil(3).saturating_mul(4);
+    max_arguments(settings).max(settings.max_output_bytes).max(file).saturating_add(LINE_SLACK)
 }
 
 pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport {
@@ -164,6 +167,7 @@ async fn send_program(cx: &RunContext<'_>, lines_tx: &mpsc::Sender<Outgoing>) {
         down: &down,
         precheck: runner_checks,
         max_output_bytes: cx.settings.max_output_bytes,
+        max_attachment_bytes: cx.settings.max_attachment_bytes,
     };
     let _ = lines_tx.send(vec![program.to_line()]).await;
 }
@@ -247,7 +251,7 @@ struct RunState<'a> {
     /// Call tasks and helper answers under way.
     work: JoinSet<()>,
     slots: Arc<Semaphore>,
-    /// The image and audio blocks of results, and those `show()` attached (call tasks keep them).
+    /// The image and audio blocks of results, and those `show()` and `attach()` attached (call tasks keep them).
     attachments: Arc<Mutex<Attachments>>,
 }
 
@@ -330,11 +334,11 @@ impl<'a> RunState<'a> {
             }
             FromRunner::Show { id, call, blocks } => {
                 let answer = self.attachments().show(call, &blocks.0);
-                let line = match answer.map(|value| to_raw_value(&value).expect("answers serialise")) {
-                    Ok(value) => ToRunner::success(id, &value).to_line(),
-                    Err(error) => ToRunner::failure(id, &error.to_string()).to_line(),
-                };
-                self.reply(line);
+                self.answer(id, answer);
+            }
+            FromRunner::Attach { id, name, mime_type, size, data } => {
+                let answer = File::new(name, mime_type).and_then(|file| self.attachments().attach(file, size, data));
+                self.answer(id, answer);
             }
             FromRunner::Ready { .. } => return Err(Breach::SecondReady),
             FromRunner::Done { .. } => unreachable!("done ends the loop before handle"),
@@ -422,6 +426,15 @@ impl<'a> RunState<'a> {
         Ok(())
     }
 
+    /// Answers a `show` or an `attach`: its value, or the program's `ToolError`.
+    fn answer(&mut self, id: u64, answer: Result<Value, impl std::fmt::Display>) {
+        let line = match answer.map(|value| to_raw_value(&value).expect("answers serialise")) {
+            Ok(value) => ToRunner::success(id, &value).to_line(),
+            Err(error) => ToRunner::failure(id, &error.to_string()).to_line(),
+        };
+        self.reply(line);
+    }
+
     /// Sends a line to the runner without making the loop wait for the write queue.
     fn reply(&mut self, line: Vec<u8>) {
         let lines_tx = self.lines_tx.clone();
@@ -433,7 +446,7 @@ impl<'a> RunState<'a> {
     fn into_report(self, ending: Ending, settings: &ExecutionConfig) -> RunReport {
         let mut trace = std::mem::take(&mut *self.trace());
         // Call tasks are aborted by now, but one may still hold a clone of the Arc: take the blocks out.
-        let attachments = std::mem::replace(&mut *self.attachments(), Attachments::new(0, 0)).into_blocks();
+        let (attachments, files) = std::mem::replace(&mut *self.attachments(), Attachments::new(0, 0)).into_parts();
         let cancelled = trace.cancel_in_flight();
         let in_flight = if cancelled > 0 {
             format!("; {cancelled} tool call(s) still running were cancelled")
@@ -469,7 +482,7 @@ impl<'a> RunState<'a> {
         // reply stays within max_output_bytes and a small margin whatever the program does.
         let taken = error.as_ref().map_or(0, String::len) + self.result.as_ref().map_or(0, json_size);
         let output = self.output.finish(budget.saturating_sub(taken));
-        RunReport { outcome, output, result: self.result, error, trace, attachments }
+        RunReport { outcome, output, result: self.result, error, trace, attachments, files }
     }
 }
 

@@ -31,6 +31,7 @@ fn server_line(message: &Value, catalog: &Catalog) -> Vec<u8> {
                 down: &map(&message["down"]),
                 precheck: message["precheck"].as_bool().unwrap(),
                 max_output_bytes: message["max_output_bytes"].as_u64().unwrap() as usize,
+                max_attachment_bytes: message["max_attachment_bytes"].as_u64().unwrap() as usize,
             }
             .to_line()
         }

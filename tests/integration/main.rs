@@ -7,6 +7,7 @@ mod harness;
 mod common;
 
 mod approval;
+mod attach;
 mod audit;
 mod channel;
 mod checks;
