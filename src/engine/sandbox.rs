@@ -93,6 +93,24 @@ impl Sandbox {
         availability
     }
 
+    /// Whether the sandbox can run programs, as far as is known without waiting: `None` while its check is
+    /// under way, or when the last answer is stale (a check is then started in the background).
+    pub fn usable_now(self: &Arc<Self>) -> Option<bool> {
+        let last = self.availability.try_lock().ok()?;
+        if let Some(probed) = last.as_ref().filter(|probed| probed.still_holds(Instant::now())) {
+            return Some(probed.availability.is_usable());
+        }
+        drop(last);
+        let sandbox = Arc::clone(self);
+        tokio::spawn(async move { sandbox.availability().await });
+        None
+    }
+
+    /// Runners waiting in the pool, and runners being started for it.
+    pub fn pool_counts(&self) -> (usize, usize) {
+        self.pool.counts()
+    }
+
     /// Prepares a run, saying in `phase` what it waits for; as long as the caller waits. With
     /// `first_connections`, it also waits for servers making their first connection (see [`FIRST_CONNECT_WAIT`]).
     pub async fn prepare(
