@@ -153,6 +153,32 @@ impl Sandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::testing::{Behaviour, FakeBackend};
+
+    fn sandbox(probe: Behaviour) -> Arc<Sandbox> {
+        let request = SpawnRequest { limits: Default::default(), timeout: Duration::from_secs(1) };
+        Arc::new(Sandbox::new(Arc::new(FakeBackend::new(probe, Behaviour::Answers)), request, 0))
+    }
+
+    #[tokio::test]
+    async fn usability_is_told_without_waiting_and_a_check_is_started_when_none_holds() {
+        let answering = sandbox(Behaviour::Answers);
+        assert_eq!(answering.usable_now(), None, "not checked yet");
+        let mut told = None;
+        for _ in 0..1000 {
+            tokio::task::yield_now().await;
+            told = answering.usable_now();
+            if told.is_some() {
+                break;
+            }
+        }
+        assert_eq!(told, Some(true), "the check started in the background answered");
+        let hanging = sandbox(Behaviour::Hangs);
+        for _ in 0..10 {
+            assert_eq!(hanging.usable_now(), None, "a check under way is never waited for");
+            tokio::task::yield_now().await;
+        }
+    }
 
     #[test]
     fn a_usable_sandbox_is_kept_and_an_unusable_one_is_probed_again_later() {

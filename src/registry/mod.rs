@@ -386,3 +386,21 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_is_counted_under_the_configured_server_whose_prefix_fits_best() {
+        let text = "servers:\n  - name: a\n    command: /nonexistent\n  - name: a_\n    command: /nonexistent\n";
+        let config = Config::parse(text, &|_| None).unwrap();
+        let registry = Registry::start(&config, config.tools.filter().unwrap());
+        assert_eq!(registry.server_names(), ["a", "a_"]);
+        assert_eq!(registry.server_of("mcp__a__x").as_deref(), Some("a"));
+        assert_eq!(registry.server_of("mcp__a___x").as_deref(), Some("a_"), "the longer prefix");
+        assert_eq!(registry.server_of("mcp__b__x"), None);
+        assert_eq!(registry.server_of("print"), None);
+        registry.shutdown().await;
+    }
+}
