@@ -23,8 +23,11 @@ struct Haproxy {
 impl Haproxy {
     /// `None` (skipped, or failed where CI requires it) without the `haproxy` binary.
     async fn start(backends: [u16; 2]) -> Option<Haproxy> {
-        let found = std::process::Command::new("haproxy").arg("-v").output();
-        require("haproxy", found.map(|_| ()).map_err(|e| format!("cannot run haproxy: {e}")))?;
+        // Debian installs it in /usr/sbin, which an ordinary user's PATH may leave out.
+        let binary = ["haproxy", "/usr/sbin/haproxy"]
+            .into_iter()
+            .find(|binary| std::process::Command::new(binary).arg("-v").output().is_ok());
+        require("haproxy", binary.map(|_| ()).ok_or_else(|| "haproxy cannot be run: apt-get install haproxy".into()))?;
         let port = crate::http::free_port();
         let shipped = std::fs::read_to_string(repo_path("deploy/haproxy.cfg")).unwrap();
         let replacements = [
@@ -39,7 +42,7 @@ impl Haproxy {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("haproxy.cfg");
         std::fs::write(&path, config).unwrap();
-        let child = Command::new("haproxy")
+        let child = Command::new(binary.expect("found above"))
             .arg("-db")
             .arg("-f")
             .arg(&path)
