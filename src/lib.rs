@@ -13,6 +13,7 @@ pub mod engine;
 mod fuzzing;
 pub mod input_required;
 pub mod lines;
+pub mod metrics;
 pub mod naming;
 pub mod precheck;
 pub mod progress;

@@ -34,8 +34,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve MCP: on stdio (the default), or with --http as streamable HTTP at http://ADDR:PORT/mcp for
-    /// several clients (see serve.http in the config: token, allowed_origins, max_concurrent_runs, and the
-    /// bounds on connections and sessions).
+    /// several clients, with /healthz, /readyz and /metrics beside it (see serve.http in the config: token,
+    /// allowed_origins, max_concurrent_runs, the bounds on connections and sessions, drain_seconds).
     Serve {
         /// Listen on this address: PORT (on 127.0.0.1), localhost:PORT, or ADDR:PORT (e.g. 0.0.0.0:8765).
         /// Needs serve.http.token (e.g. token: ${PTC_MCP_TOKEN}).

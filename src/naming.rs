@@ -11,7 +11,12 @@ pub fn identifier_part(name: &str) -> String {
 
 /// The name a downstream tool has in programs, `list_callable_tools` and `inspect_tool`.
 pub fn namespaced(server: &str, tool: &str) -> String {
-    format!("{PREFIX}{}__{}", identifier_part(server), identifier_part(tool))
+    format!("{}{}", server_prefix(server), identifier_part(tool))
+}
+
+/// What the names of a server's tools start with: `mcp__<server>__`.
+pub fn server_prefix(server: &str) -> String {
+    format!("{PREFIX}{}__", identifier_part(server))
 }
 
 #[cfg(test)]

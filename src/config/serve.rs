@@ -34,6 +34,9 @@ pub struct HttpConfig {
     pub max_sessions: usize,
     /// A session with no request in flight and no open event stream for this long is ended.
     pub session_idle_timeout_seconds: f64,
+    /// After SIGTERM or SIGINT, how long runs in flight may go on (readiness already false, connections still
+    /// accepted) before the shutdown stops them; 0: stop them at once.
+    pub drain_seconds: f64,
 }
 
 impl Default for HttpConfig {
@@ -47,6 +50,7 @@ impl Default for HttpConfig {
             keep_alive_timeout_seconds: 60.0,
             max_sessions: 100,
             session_idle_timeout_seconds: 900.0,
+            drain_seconds: 0.0,
         }
     }
 }
@@ -108,6 +112,8 @@ pub enum HttpConfigError {
          https and nothing after, e.g. https://app.example"
     )]
     Origin { index: usize, origin: String },
+    #[error("serve.http.drain_seconds: must be 0 (no drain) or a number of seconds up to {max}, got {value}")]
+    Drain { value: f64, max: f64 },
     #[error("serve.http.token: {0}")]
     TokenVariable(#[source] ExpandError),
     #[error("serve.http.token: must be printable ASCII without spaces (after ${{VAR}} expansion)")]
@@ -125,6 +131,10 @@ impl HttpConfig {
 
     pub fn session_idle_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.session_idle_timeout_seconds)
+    }
+
+    pub fn drain(&self) -> Duration {
+        Duration::from_secs_f64(self.drain_seconds)
     }
 
     pub(super) fn validate(&self) -> Result<(), HttpConfigError> {
@@ -145,6 +155,9 @@ impl HttpConfig {
         ];
         for (key, value) in durations {
             super::check_seconds(&format!("serve.http.{key}"), value)?;
+        }
+        if !(0.0..=super::MAX_SECONDS).contains(&self.drain_seconds) {
+            return Err(HttpConfigError::Drain { value: self.drain_seconds, max: super::MAX_SECONDS });
         }
         for (index, origin) in self.allowed_origins.iter().enumerate() {
             if Origin::parse(origin).is_none() {

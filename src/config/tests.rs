@@ -247,6 +247,8 @@ fn serve_and_logging_keys_parse_with_their_defaults() {
         config.serve.http.session_idle_timeout(),
     ];
     assert_eq!(timeouts, [Duration::from_secs(10), Duration::from_secs(60), Duration::from_secs(900)]);
+    assert_eq!(config.serve.http.drain(), Duration::ZERO, "no drain unless asked");
+    assert_eq!(parse("serve:\n  http:\n    drain_seconds: 30\n").unwrap().serve.http.drain(), Duration::from_secs(30));
     assert_eq!((config.logging.audit_file, config.logging.audit_code), (None, false));
     let text = "serve:\n  http:\n    token: ${INTERNAL_TOKEN}-x\n    allowed_origins: [\"https://app.example\", \
                 \"http://[::1]:3000\"]\n    max_concurrent_runs: 2\nlogging:\n  audit_file: /var/log/ptc.jsonl\n  \
@@ -288,6 +290,10 @@ fn serve_and_logging_errors_name_the_key_and_never_the_token() {
         (
             "serve:\n  http:\n    session_idle_timeout_seconds: 1e9\n",
             "serve.http.session_idle_timeout_seconds: must be a number of seconds above 0",
+        ),
+        (
+            "serve:\n  http:\n    drain_seconds: -1\n",
+            "serve.http.drain_seconds: must be 0 (no drain) or a number of seconds up to 86400, got -1",
         ),
         ("serve:\n  http:\n    token: \"  \"\n", "serve.http.token: must be printable ASCII without spaces"),
         ("serve:\n  http:\n    token: \"a secret\"\n", "serve.http.token: must be printable ASCII without spaces"),

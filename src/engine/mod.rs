@@ -30,6 +30,7 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use crate::audit::AuditLog;
 use crate::config::ExecutionConfig;
+use crate::metrics::RunMetrics;
 use crate::registry::Registry;
 pub use approval::{ApprovalRequest, Approver, ConfirmPolicy, Refusal};
 use expiry::{Expired, Expiry};
@@ -90,6 +91,8 @@ pub struct Engine {
     gate: Option<gate::RunGate>,
     /// The calls that need approval, if any.
     confirm: Option<ConfirmPolicy>,
+    /// Every finished run is counted here too.
+    metrics: RunMetrics,
 }
 
 impl Engine {
@@ -97,6 +100,7 @@ impl Engine {
         let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
         Engine {
             sandbox: Arc::new(Sandbox::new(backend, request, settings.pool_size)),
+            metrics: RunMetrics::new(registry.server_names()),
             runs: TaskTracker::new(),
             stopping: CancellationToken::new(),
             cleanups: TaskTracker::new(),
@@ -144,6 +148,28 @@ impl Engine {
         self.sandbox.availability().await
     }
 
+    /// The runs and tool calls counted so far.
+    pub fn metrics(&self) -> &RunMetrics {
+        &self.metrics
+    }
+
+    /// Runners waiting in the pool, and runners being started for it.
+    pub fn pool_runners(&self) -> (usize, usize) {
+        self.sandbox.pool_counts()
+    }
+
+    /// Whether the sandbox can run programs, as far as is known without waiting (see [`Sandbox::usable_now`]).
+    pub fn sandbox_usable_now(&self) -> Option<bool> {
+        self.sandbox.usable_now()
+    }
+
+    /// Resolves once no run is under way: runs that start meanwhile are waited for too. What the shutdown
+    /// does next is unchanged.
+    pub async fn drain(&self) {
+        self.runs.close();
+        self.runs.wait().await;
+    }
+
     /// At shutdown: stops the runs under way, kills the runners waiting in the pool or being started for it,
     /// finishes cleaning up after past runs, and lets the backend remove what it keeps outside this process,
     /// so that nothing outlives the server.
@@ -173,6 +199,7 @@ impl Engine {
         if let Some(audit) = &self.audit {
             audit.append(&record);
         }
+        record.count(&self.metrics, |tool| self.registry.server_of(tool));
         report
     }
 

@@ -233,6 +233,12 @@ impl RunnerPool {
         Lease { pool: Arc::clone(self) }
     }
 
+    /// Runners waiting in the pool, and runners being started for it.
+    pub fn counts(&self) -> (usize, usize) {
+        let state = self.state();
+        (state.ready.len(), state.starting)
+    }
+
     /// A ready runner: from the pool if one is waiting, else started now (as long as the caller waits).
     pub async fn take(&self) -> Result<ReadyRunner, StartError> {
         loop {

@@ -12,6 +12,7 @@ use super::report::RunReport;
 use super::trace::CallStatus;
 use crate::audit::AuditRecord;
 use crate::config::TraceMode;
+use crate::metrics::{CallOutcome, RunMetrics};
 
 /// A run under way: its id, its client and when it started.
 pub(super) struct Started {
@@ -102,6 +103,24 @@ impl RunRecord<'_> {
             bytes_returned = self.output_bytes,
             "run finished"
         );
+    }
+}
+
+impl RunRecord<'_> {
+    /// Counts the run and its tool calls in `metrics`, each call under the server `server_of` names (`""`:
+    /// none).
+    pub fn count(&self, metrics: &RunMetrics, server_of: impl Fn(&str) -> Option<String>) {
+        let calls = self.report.trace.calls().iter().filter_map(|call| {
+            let outcome = match call.status {
+                CallStatus::Ok => CallOutcome::Ok,
+                CallStatus::Failed => CallOutcome::Error,
+                CallStatus::Cancelled => CallOutcome::Cancelled,
+                // The trace marks every call still in flight as cancelled when its run ends.
+                CallStatus::InFlight => return None,
+            };
+            Some((server_of(&call.tool).unwrap_or_default(), outcome))
+        });
+        metrics.record_run(self.report.outcome.name(), self.duration, calls);
     }
 }
 

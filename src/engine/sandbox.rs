@@ -93,6 +93,24 @@ impl Sandbox {
         availability
     }
 
+    /// Whether the sandbox can run programs, as far as is known without waiting: `None` while its check is
+    /// under way, or when the last answer is stale (a check is then started in the background).
+    pub fn usable_now(self: &Arc<Self>) -> Option<bool> {
+        let last = self.availability.try_lock().ok()?;
+        if let Some(probed) = last.as_ref().filter(|probed| probed.still_holds(Instant::now())) {
+            return Some(probed.availability.is_usable());
+        }
+        drop(last);
+        let sandbox = Arc::clone(self);
+        tokio::spawn(async move { sandbox.availability().await });
+        None
+    }
+
+    /// Runners waiting in the pool, and runners being started for it.
+    pub fn pool_counts(&self) -> (usize, usize) {
+        self.pool.counts()
+    }
+
     /// Prepares a run, saying in `phase` what it waits for; as long as the caller waits. With
     /// `first_connections`, it also waits for servers making their first connection (see [`FIRST_CONNECT_WAIT`]).
     pub async fn prepare(
@@ -135,6 +153,32 @@ impl Sandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::testing::{Behaviour, FakeBackend};
+
+    fn sandbox(probe: Behaviour) -> Arc<Sandbox> {
+        let request = SpawnRequest { limits: Default::default(), timeout: Duration::from_secs(1) };
+        Arc::new(Sandbox::new(Arc::new(FakeBackend::new(probe, Behaviour::Answers)), request, 0))
+    }
+
+    #[tokio::test]
+    async fn usability_is_told_without_waiting_and_a_check_is_started_when_none_holds() {
+        let answering = sandbox(Behaviour::Answers);
+        assert_eq!(answering.usable_now(), None, "not checked yet");
+        let mut told = None;
+        for _ in 0..1000 {
+            tokio::task::yield_now().await;
+            told = answering.usable_now();
+            if told.is_some() {
+                break;
+            }
+        }
+        assert_eq!(told, Some(true), "the check started in the background answered");
+        let hanging = sandbox(Behaviour::Hangs);
+        for _ in 0..10 {
+            assert_eq!(hanging.usable_now(), None, "a check under way is never waited for");
+            tokio::task::yield_now().await;
+        }
+    }
 
     #[test]
     fn a_usable_sandbox_is_kept_and_an_unusable_one_is_probed_again_later() {

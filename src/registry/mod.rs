@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
-use crate::naming::identifier_part;
+use crate::naming::server_prefix;
 pub use call_error::{CallError, Failure};
 pub use catalog::{Catalog, ShapeSlots, ToolEntry};
 use liveness::LossKind;
@@ -146,6 +146,26 @@ impl Registry {
         Arc::clone(&self.catalog.read().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The configured servers' names, in the config's order.
+    pub fn server_names(&self) -> Vec<String> {
+        self.servers.iter().map(|server| server.config.name.clone()).collect()
+    }
+
+    /// The configured server a tool's namespaced name belongs to: the catalog's, else the server whose
+    /// `mcp__<server>__` prefix it has (the longest, should two fit), for a tool its server no longer lists;
+    /// `None` for a name no configured server could have.
+    pub fn server_of(&self, tool: &str) -> Option<String> {
+        if let Some(entry) = self.catalog().tools.get(tool) {
+            return Some(entry.server.clone());
+        }
+        let prefix = |server: &Arc<Server>| server_prefix(&server.config.name);
+        self.servers
+            .iter()
+            .filter(|server| tool.starts_with(&prefix(server)))
+            .max_by_key(|server| prefix(server).len())
+            .map(|server| server.config.name.clone())
+    }
+
     /// Waits until every server has finished its first connection attempt, at most until `limit` after
     /// start-up. Lets the first program after start-up see the tools of servers that are still starting;
     /// later ones see at once which servers are still starting.
@@ -189,7 +209,7 @@ impl Registry {
                     ServerState::Starting { since } => format!("server '{name}' is {}", starting(*since)),
                     ServerState::Down { reason } => format!("server '{name}' is unavailable: {reason}"),
                 };
-                Some((format!("mcp__{}__", identifier_part(name)), sentence))
+                Some((server_prefix(name), sentence))
             })
             .collect()
     }
@@ -364,5 +384,23 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
             () = tokio::time::sleep(delay) => {}
             () = stop.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_is_counted_under_the_configured_server_whose_prefix_fits_best() {
+        let text = "servers:\n  - name: a\n    command: /nonexistent\n  - name: a_\n    command: /nonexistent\n";
+        let config = Config::parse(text, &|_| None).unwrap();
+        let registry = Registry::start(&config, config.tools.filter().unwrap());
+        assert_eq!(registry.server_names(), ["a", "a_"]);
+        assert_eq!(registry.server_of("mcp__a__x").as_deref(), Some("a"));
+        assert_eq!(registry.server_of("mcp__a___x").as_deref(), Some("a_"), "the longer prefix");
+        assert_eq!(registry.server_of("mcp__b__x"), None);
+        assert_eq!(registry.server_of("print"), None);
+        registry.shutdown().await;
     }
 }

@@ -7,6 +7,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,6 +36,30 @@ pub fn connection_cap(configured: usize) -> usize {
         );
     }
     configured.min(half)
+}
+
+/// How many connections are open now: each holds an [`Open`] while it lives.
+#[derive(Debug, Default, Clone)]
+pub struct OpenCount(Arc<AtomicUsize>);
+
+/// One open connection, counted until dropped.
+pub struct Open(Arc<AtomicUsize>);
+
+impl OpenCount {
+    pub fn open(&self) -> Open {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Open(Arc::clone(&self.0))
+    }
+
+    pub fn now(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How long a connection may take, from `serve.http`.

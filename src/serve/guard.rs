@@ -1,4 +1,4 @@
-//! What an HTTP request must show before it reaches MCP: the `/mcp` path; a `Host` that is not a foreign
+//! What an HTTP request must show before it reaches MCP (or the metrics): a `Host` that is not a foreign
 //! DNS name (against DNS rebinding); an `Origin`, if any, that is a loopback origin or one of
 //! `serve.http.allowed_origins` (against web pages of other sites); and the bearer token, when one is set.
 
@@ -40,10 +40,8 @@ impl Guard {
         }
     }
 
+    /// Whether a request to `/mcp` or `/metrics` is admitted (the caller routes by path).
     pub fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refusal> {
-        if uri.path() != MCP_PATH {
-            return Err(Refusal::NotFound);
-        }
         let host = headers
             .get(header::HOST)
             .and_then(|host| host.to_str().ok())
@@ -153,8 +151,6 @@ mod tests {
         for host in ["evil.example:8765", "localhost.evil.example", "", "bad host"] {
             assert_eq!(check(&g, "/mcp", &[("host", host)]), Err(Refusal::ForeignHost(host.into())), "{host}");
         }
-        assert_eq!(check(&g, "/other", &[("host", "127.0.0.1")]), Err(Refusal::NotFound));
-        assert_eq!(check(&g, "/mcp/", &[("host", "127.0.0.1")]), Err(Refusal::NotFound));
     }
 
     #[test]

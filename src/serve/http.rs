@@ -3,7 +3,8 @@
 //! clients are served statelessly (JSON, or SSE when notifications come first). Every session has its own
 //! handler (so its requests and cancellations are its own) over one shared engine and registry. What hostile
 //! clients could cost is bounded: connections ([`connection`]), sessions ([`Sessions`]), and a body that does
-//! not decode is answered with a JSON-RPC error ([`undecodable`]).
+//! not decode is answered with a JSON-RPC error ([`undecodable`]). Beside `/mcp`: the probes and metrics of
+//! [`health`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,14 +25,17 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{self, Clock, Timed, TimedIo, Timeouts};
-use super::guard::{Guard, MCP_PATH, Reply};
+use super::connection::{self, Clock, OpenCount, Timed, TimedIo, Timeouts};
+use super::guard::{Guard, MCP_PATH, Refusal, Reply};
+use super::health::{self, HEALTH_PATH, METRICS_PATH, READY_PATH, Readiness};
 use super::sessions::Sessions;
 use super::undecodable;
 use crate::app::{App, SHUTDOWN_LIMIT};
 use crate::cli::{CONFIG_ERROR, FAILURE};
 use crate::config::{Config, ConfigSource, HttpConfig};
+use crate::engine::Engine;
 use crate::input_required::Parked;
+use crate::metrics::Gauges;
 use crate::server::PtcServer;
 
 /// How long open connections (event streams included) get to close once runs are stopped: the last part of
@@ -79,12 +83,21 @@ pub async fn serve_http(config: Config, source: ConfigSource, addr: SocketAddr) 
         guard: Guard::new(http),
         mcp: mcp_service(&app, Arc::new(source), Arc::clone(&sessions), stop_mcp.clone()),
         sessions,
+        readiness: Readiness::new(Arc::clone(&app.engine)),
+        engine: Arc::clone(&app.engine),
+        connections: OpenCount::default(),
     });
     // A connection takes a slot before it is accepted: past the cap, new ones wait in the listen queue.
     let slots = Arc::new(Semaphore::new(connection::connection_cap(http.max_connections)));
     let timeouts = Timeouts::from_config(http);
     let connections = GracefulShutdown::new();
-    let stop = super::stop_requested();
+    // Readiness goes false first; runs in flight get up to `drain_seconds` to finish while connections are
+    // still accepted (a load balancer takes a moment to see it), then the shutdown stops what is left.
+    let stop = async {
+        super::stop_requested().await;
+        endpoint.readiness.stop();
+        drain(&app.engine, http.drain()).await;
+    };
     tokio::pin!(stop);
     loop {
         let slot = tokio::select! {
@@ -116,6 +129,17 @@ pub async fn serve_http(config: Config, source: ConfigSource, addr: SocketAddr) 
     0
 }
 
+/// Waits up to `grace` for the runs in flight (and any that start meanwhile) to end.
+async fn drain(engine: &Engine, grace: Duration) {
+    if grace.is_zero() {
+        return;
+    }
+    tracing::info!("draining: runs in flight get up to {:.1}s to finish; /readyz answers 503", grace.as_secs_f64());
+    if tokio::time::timeout(grace, engine.drain()).await.is_err() {
+        tracing::info!("runs were still in flight after the drain's {:.1}s; stopping them", grace.as_secs_f64());
+    }
+}
+
 /// Serves one accepted connection on a task of its own, timed by its [`Clock`]; its slot is given back when it
 /// ends.
 fn spawn_connection(
@@ -126,6 +150,7 @@ fn spawn_connection(
     connections: &GracefulShutdown,
 ) {
     let clock = Clock::start(timeouts);
+    let open = endpoint.connections.open();
     let service = service_fn({
         let clock = clock.clone();
         move |request: Request<Incoming>| {
@@ -141,7 +166,7 @@ fn spawn_connection(
         if let Err(e) = connection.await {
             tracing::debug!("HTTP connection ended: {e}");
         }
-        drop(slot);
+        drop((open, slot));
     });
 }
 
@@ -175,13 +200,37 @@ struct Endpoint {
     guard: Guard,
     mcp: StreamableHttpService<PtcServer, Sessions>,
     sessions: Arc<Sessions>,
+    readiness: Readiness,
+    engine: Arc<Engine>,
+    connections: OpenCount,
 }
 
 impl Endpoint {
     async fn answer(&self, request: Request<Incoming>) -> Reply {
-        if let Err(refusal) = self.guard.check(request.uri(), request.headers()) {
-            return refusal.into_response();
+        match request.uri().path() {
+            HEALTH_PATH => health::probe(request.method(), Ok(())),
+            READY_PATH => health::probe(request.method(), self.readiness.check()),
+            METRICS_PATH => match self.guard.check(request.uri(), request.headers()) {
+                Ok(()) => health::metrics(request.method(), self.metrics()),
+                Err(refusal) => refusal.into_response(),
+            },
+            MCP_PATH => match self.guard.check(request.uri(), request.headers()) {
+                Ok(()) => self.mcp(request).await,
+                Err(refusal) => refusal.into_response(),
+            },
+            _ => Refusal::NotFound.into_response(),
         }
+    }
+
+    /// The text of `/metrics`: the engine's counts and the gauges as they are now.
+    fn metrics(&self) -> String {
+        let (pool_ready, pool_starting) = self.engine.pool_runners();
+        let gauges =
+            Gauges { pool_ready, pool_starting, sessions: self.sessions.open(), connections: self.connections.now() };
+        self.engine.metrics().render(&gauges)
+    }
+
+    async fn mcp(&self, request: Request<Incoming>) -> Reply {
         match *request.method() {
             Method::POST => self.post(request).await,
             Method::DELETE => self.delete(request).await,

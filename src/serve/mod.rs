@@ -4,6 +4,7 @@
 mod connection;
 mod guard;
 mod hangup;
+mod health;
 mod http;
 mod sessions;
 mod stdio;

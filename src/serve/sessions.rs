@@ -104,7 +104,8 @@ impl Sessions {
         }
     }
 
-    fn open(&self) -> usize {
+    /// Sessions alive now.
+    pub fn open(&self) -> usize {
         self.lock().len()
     }
 

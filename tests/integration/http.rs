@@ -75,19 +75,29 @@ impl HttpPtc {
 
     /// An rmcp client session (2025 era: initialize, session id) with the token.
     pub async fn client(&self) -> RunningService<RoleClient, ()> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let config = StreamableHttpClientTransportConfig::with_uri(self.url()).auth_header(TOKEN);
-        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-        tokio::time::timeout(Duration::from_secs(30), ().serve(transport))
-            .await
-            .expect("initialize is answered in time")
-            .expect("initialize succeeds")
+        client_at(self.url()).await
     }
 
-    fn signal(&self, signal: i32) {
+    pub fn signal(&self, signal: i32) {
         // SAFETY: kill with the pid of a child we own.
         assert_eq!(unsafe { libc::kill(self.child.id().unwrap() as i32, signal) }, 0);
     }
+
+    /// Waits at most `limit` for the server to exit; its exit status.
+    pub async fn exited_within(&mut self, limit: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(limit, self.child.wait()).await.expect("the server exits in time").unwrap()
+    }
+}
+
+/// An rmcp client session (2025 era: initialize, session id) with the token, to the MCP endpoint at `url`.
+pub async fn client_at(url: String) -> RunningService<RoleClient, ()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(TOKEN);
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    tokio::time::timeout(Duration::from_secs(30), ().serve(transport))
+        .await
+        .expect("initialize is answered in time")
+        .expect("initialize succeeds")
 }
 
 /// A plain HTTP proxy on a loopback port that adds the bearer token to every request and passes everything
@@ -162,7 +172,7 @@ pub fn token_keys() -> String {
 }
 
 /// Sends `execute_program` with `code` and returns its result.
-async fn execute(client: &RunningService<RoleClient, ()>, code: &str) -> CallToolResult {
+pub async fn execute(client: &RunningService<RoleClient, ()>, code: &str) -> CallToolResult {
     let params = CallToolRequestParams::new("execute_program")
         .with_arguments(json!({"code": code}).as_object().unwrap().clone());
     tokio::time::timeout(Duration::from_secs(120), client.peer().call_tool(params))
@@ -171,7 +181,7 @@ async fn execute(client: &RunningService<RoleClient, ()>, code: &str) -> CallToo
         .expect("execute_program answers")
 }
 
-fn text(result: &CallToolResult) -> String {
+pub fn text(result: &CallToolResult) -> String {
     text_block(result, 0)
 }
 
@@ -374,8 +384,7 @@ async fn sigterm_ends_runs_in_flight_as_killed_and_exits_within_10s_leaving_noth
         return;
     }
     ptc.signal(libc::SIGTERM);
-    let status = tokio::time::timeout(Duration::from_secs(10), ptc.child.wait()).await.expect("it exits within 10 s");
-    assert!(status.unwrap().success());
+    assert!(ptc.exited_within(Duration::from_secs(10)).await.success());
     if let Ok(Ok(Ok(result))) = tokio::time::timeout(Duration::from_secs(5), run).await {
         assert!(text(&result).contains("the server is shutting down"), "{}", text(&result));
     }

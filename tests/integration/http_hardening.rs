@@ -59,7 +59,7 @@ fn execute_request(id: u64, code: &str) -> String {
 }
 
 /// `execute_program` as a 2026-07-28 client sends it (no session), with extra headers.
-async fn stateless_execute(port: u16, code: &str, extra: &[(&str, &str)]) -> (u16, String) {
+pub async fn stateless_execute(port: u16, code: &str, extra: &[(&str, &str)]) -> (u16, String) {
     let mut request: Value = serde_json::from_str(&execute_request(9, code)).unwrap();
     request["params"]["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
