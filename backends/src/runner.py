@@ -1,4 +1,4 @@
-"""ptc-mcp runner, part 3: runs ONE model-written Python program and talks to the server (protocol v2, PROTOCOL.md).
+"""ptc-mcp runner, part 3: runs ONE model-written Python program and talks to the server (protocol v3, PROTOCOL.md).
 
 checks.py and explain.py precede this source (backends/src/protocol.rs joins them): `Toolbox`, `ToolSpec` and
 `precheck` come from the first, `Results` and `explain` from the second.
@@ -29,6 +29,8 @@ Design:
 * `show(x)` attaches the images and audio of a tool result (or one of its placeholders) to the run's result:
   results that carry some list their placeholders in `media`; `show` names the call and the blocks, and the
   server checks and bounds what it attaches.
+* `progress(message, fraction=None)` checks its arguments, then sends a `progress` message only when the client
+  asked for progress (`run.progress`): the server coalesces and rate-limits what it passes on.
 * The runner only keeps the channel clean: the server enforces every limit (time, calls, output) itself.
 """
 import ast
@@ -50,7 +52,8 @@ import traceback
 import types
 import weakref
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+PROGRESS_MESSAGE_BYTES = 1024  # the longest progress() message, as UTF-8 (protocol.rs: MAX_PROGRESS_MESSAGE)
 PROGRAM = "<program>"  # filename of the program's code: the only frames tracebacks show
 READ_CHUNK = 65536
 LINE_READ_CHUNK = 1 << 20
@@ -352,16 +355,17 @@ class Run:
             raise ValueError("expected a JSON object of type run")
         code, tools, limit = message.get("code"), message.get("tools"), message.get("max_output_bytes")
         not_callable, down, precheck = message.get("not_callable"), message.get("down"), message.get("precheck")
+        progress = message.get("progress")
         if (type(code) is not str or type(tools) is not list or not all(type(t) is dict for t in tools)
                 or not is_text_map(not_callable) or not is_text_map(down) or type(precheck) is not bool
-                or type(limit) is not int or limit < 0):
+                or type(progress) is not bool or type(limit) is not int or limit < 0):
             raise ValueError("expected {type: run, code: str, tools: [object], not_callable: {str: str}, "
-                             "down: {str: str}, precheck: bool, max_output_bytes: int >= 0}")
+                             "down: {str: str}, precheck: bool, progress: bool, max_output_bytes: int >= 0}")
         try:
             self.toolbox = Toolbox(tools, not_callable, down)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"a tool without {e}") from None
-        self.code, self.precheck, self.limit = code, precheck, limit
+        self.code, self.precheck, self.limit, self.progress = code, precheck, limit, progress
 
 
 def is_text_map(value):
@@ -599,7 +603,31 @@ def make_emit(channel, limit):
     return emit
 
 
-def make_globals(channel, toolbox, book, limit):
+def make_progress(channel, wanted):
+    def progress(message, fraction=None):
+        """Tell the client how the run is going, as a progress notification if it asked for them: message (a str
+        of at most 1024 bytes as UTF-8) and optionally fraction, the share done from 0 to 1. The server sends at
+        most four notifications a second: the latest call wins."""
+        if not isinstance(message, str):
+            raise TypeError(f"progress(): message must be a str, not {type(message).__name__}")
+        size = len(message.encode("utf-8", "replace"))
+        if size > PROGRESS_MESSAGE_BYTES:
+            raise ValueError(f"progress(): message is {size} bytes as UTF-8, over the limit of "
+                             f"{PROGRESS_MESSAGE_BYTES} bytes")
+        if fraction is not None:
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+                raise TypeError(f"progress(): fraction must be a number from 0 to 1 or None, "
+                                f"not {type(fraction).__name__}")
+            if not 0 <= fraction <= 1:  # NaN fails too
+                raise ValueError(f"progress(): fraction must be from 0 to 1 (the share done), got {fraction!r}")
+            fraction = float(fraction)
+        if wanted:
+            channel.send({"type": "progress", "message": message, "fraction": fraction})
+
+    return progress
+
+
+def make_globals(channel, toolbox, book, limit, wanted_progress):
     """A fresh __main__ module for the program (so pickle, dataclasses, `import __main__` see the program)."""
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
@@ -614,6 +642,7 @@ def make_globals(channel, toolbox, book, limit):
         ToolError=ToolError,
         emit=make_emit(channel, limit),
         show=make_show(channel, book),
+        progress=make_progress(channel, wanted_progress),
         help=make_help(signatures),
         list_callable_tools=make_helper(
             channel, "list_callable_tools",
@@ -796,7 +825,7 @@ def main():
     error, tree = checked(run)
     if error is None:
         book = CallBook()
-        namespace = make_globals(channel, run.toolbox, book, run.limit)
+        namespace = make_globals(channel, run.toolbox, book, run.limit, run.progress)
         error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book, run.code, workdir))
     finish(channel, drain, streams, error)
 

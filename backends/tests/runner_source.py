@@ -12,9 +12,10 @@ def open_tool(name):
             "doc": f"async def {name}(\n    **extra: Any,  # more keys are allowed\n) -> Any:\n    ...\n"}
 
 
-def run_message(code, tools=(), max_output_bytes=65536, not_callable=None, down=None, precheck=True):
+def run_message(code, tools=(), max_output_bytes=65536, not_callable=None, down=None, precheck=True,
+                progress=False):
     """`tools` holds names (tools that take anything) or tool objects as the server describes them."""
     return {"type": "run", "code": code,
             "tools": [open_tool(t) if type(t) is str else t for t in tools],
             "not_callable": not_callable or {}, "down": down or {}, "precheck": precheck,
-            "max_output_bytes": max_output_bytes}
+            "progress": progress, "max_output_bytes": max_output_bytes}
