@@ -30,7 +30,9 @@ Design:
   results that carry some list their placeholders in `media`; `show` names the call and the blocks, and the
   server checks and bounds what it attaches.
 * `progress(message, fraction=None)` checks its arguments, then sends a `progress` message only when the client
-  asked for progress (`run.progress`): the server coalesces and rate-limits what it passes on.
+  asked for progress (`run.progress`), at most every PROGRESS_INTERVAL (a thread sends the latest when its turn
+  comes): a program calling it in a loop does not wait for the server to read each. The server coalesces and
+  rate-limits what it passes on.
 * The runner only keeps the channel clean: the server enforces every limit (time, calls, output) itself.
 """
 import ast
@@ -54,6 +56,7 @@ import weakref
 
 PROTOCOL_VERSION = 3
 PROGRESS_MESSAGE_BYTES = 1024  # the longest progress() message, as UTF-8 (protocol.rs: MAX_PROGRESS_MESSAGE)
+PROGRESS_INTERVAL = 0.05  # at most 20 progress messages a second; the server sends the client at most 4
 PROGRAM = "<program>"  # filename of the program's code: the only frames tracebacks show
 READ_CHUNK = 65536
 LINE_READ_CHUNK = 1 << 20
@@ -603,7 +606,57 @@ def make_emit(channel, limit):
     return emit
 
 
+class ProgressSender:
+    """Sends `progress` messages at most every PROGRESS_INTERVAL; one that comes sooner waits for its turn on a
+    thread of its own (started at the first such), and a later one replaces it: the latest always goes."""
+
+    def __init__(self, channel):
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._pending = None
+        self._sent_at = float("-inf")
+        self._wake = threading.Event()
+        self._thread = None  # False once a thread could not be started: then each message goes at once
+
+    def send(self, message):
+        with self._lock:
+            if self._thread is not False and time.monotonic() < self._sent_at + PROGRESS_INTERVAL:
+                self._pending = message
+                if self._thread is None:
+                    self._thread = self._start_thread()
+                if self._thread:
+                    self._wake.set()
+                    return
+            self._pending = None
+            self._sent_at = time.monotonic()
+            self._channel.send(message)
+
+    def _start_thread(self):
+        thread = threading.Thread(target=self._send_pending, name="ptc-progress", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread left (a limit on processes): send at once instead
+            return False
+        return thread
+
+    def _send_pending(self):
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                turn = self._sent_at + PROGRESS_INTERVAL - time.monotonic()
+            if turn > 0:
+                time.sleep(turn)
+            with self._lock:
+                message, self._pending = self._pending, None
+                if message is not None:
+                    self._sent_at = time.monotonic()
+                    self._channel.send(message)
+
+
 def make_progress(channel, wanted):
+    sender = ProgressSender(channel) if wanted else None
+
     def progress(message, fraction=None):
         """Tell the client how the run is going, as a progress notification if it asked for them: message (a str
         of at most 1024 bytes as UTF-8) and optionally fraction, the share done from 0 to 1. The server sends at
@@ -621,8 +674,8 @@ def make_progress(channel, wanted):
             if not 0 <= fraction <= 1:  # NaN fails too
                 raise ValueError(f"progress(): fraction must be from 0 to 1 (the share done), got {fraction!r}")
             fraction = float(fraction)
-        if wanted:
-            channel.send({"type": "progress", "message": message, "fraction": fraction})
+        if sender is not None:
+            sender.send({"type": "progress", "message": message, "fraction": fraction})
 
     return progress
 

@@ -523,6 +523,8 @@ class RunnerTest(unittest.TestCase):
         progress("half", 0.5)
         progress("done", 1)
         progress("no fraction", fraction=None)
+        import time
+        time.sleep(0.3)
     """
 
     def test_progress_checks_its_arguments_and_sends_only_when_the_client_wants_progress(self):
@@ -539,16 +541,33 @@ class RunnerTest(unittest.TestCase):
             "TypeError progress(): fraction must be a number from 0 to 1 or None, not str",
             "ValueError progress(): fraction must be from 0 to 1 (the share done), got " + str(10 ** 30),
         ])
+        # The first at once; the others came within its PROGRESS_INTERVAL: the latest follows when its turn comes.
         self.assertEqual(self.of_type(wanted, "progress"), [
             {"type": "progress", "message": "x" * 1024, "fraction": None},
-            {"type": "progress", "message": "half", "fraction": 0.5},
-            {"type": "progress", "message": "done", "fraction": 1.0},
             {"type": "progress", "message": "no fraction", "fraction": None},
         ])
         unwanted = self.run_program(self.PROGRESS_CHECKS, progress=False)
         self.assert_success(unwanted)
         self.assertEqual(self.output(unwanted), self.output(wanted), "the same checks without a client asking")
         self.assertEqual(self.of_type(unwanted, "progress"), [])
+
+    def test_progress_in_a_tight_loop_sends_at_most_twenty_a_second_and_the_latest(self):
+        messages = self.run_program("""
+            import time
+            start = time.monotonic()
+            for i in range(100_000):
+                progress(f"step {i}", i / 100_000)
+            print(time.monotonic() - start < 5)
+            time.sleep(0.3)
+            progress("after a pause")
+        """, progress=True)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "True\n")
+        sent = self.of_type(messages, "progress")
+        self.assertEqual(sent[0], {"type": "progress", "message": "step 0", "fraction": 0.0})
+        self.assertEqual(sent[-2]["message"], "step 99999", "the latest of the loop went when its turn came")
+        self.assertEqual(sent[-1]["message"], "after a pause", "at once after a pause")
+        self.assertLess(len(sent), 120, "at most 20 a second for a few seconds")
 
     def test_helpers_sync_and_awaited(self):
         def answer(request):
