@@ -55,7 +55,7 @@ impl Printed {
             cut += 1;
         }
         let at_line_start = cut == 0 || self.text.as_bytes()[cut - 1] == b'\n';
-        let cut = match self.text[cut..].find('\n') {
+        let cut = match memchr::memchr(b'\n', &self.text.as_bytes()[cut..]) {
             Some(newline) if !at_line_start && cut + newline + 1 < self.text.len() => cut + newline + 1,
             _ => cut,
         };
@@ -63,7 +63,7 @@ impl Printed {
             return;
         }
         let dropped = &self.text[..cut];
-        self.left_out += dropped.bytes().filter(|byte| *byte == b'\n').count() as u64;
+        self.left_out += memchr::memchr_iter(b'\n', dropped.as_bytes()).count() as u64;
         // A line cut before has now gone whole or is cut again: counted once, when its end is dropped.
         self.cut_mid_line = !dropped.ends_with('\n');
         self.text.drain(..cut);
