@@ -184,3 +184,22 @@ print("the end")"#;
     assert!(sent.iter().any(|p| p["message"].as_str().unwrap().contains(" lines left out]\nyyy")), "{sent:?}");
     assert!(grew_mib < 64, "the server's peak RSS grew by {grew_mib} MiB");
 }
+
+#[apply(integration_test!)]
+async fn a_forged_progress_line_outside_the_rules_stops_the_run_and_is_not_sent() {
+    let code = r#"import os, json, time
+line = (json.dumps({"type": "progress", "message": "forged", "fraction": 2}) + "\n").encode()
+for fd in range(3, 64):
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+time.sleep(1)"#;
+    let Some(report) = run_over_stdio(code, true).await else { return };
+    let text = report["execute"]["text"].as_str().unwrap();
+    assert!(
+        text.contains("the program corrupted its channel to the server (a progress fraction of 2, outside 0 to 1)"),
+        "{report}"
+    );
+    assert!(notifications(&report).iter().all(|p| p["message"] != "forged"), "{report}");
+}
