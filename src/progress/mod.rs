@@ -6,6 +6,7 @@
 
 mod notice;
 mod printed;
+mod relay;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::RunProgress;
 use notice::{News, Notice};
+pub use relay::Relay;
 
 /// At most this many notifications a second.
 const INTERVAL: Duration = Duration::from_millis(250);
@@ -35,7 +37,9 @@ pub struct Feed {
 /// The reporter of one request's progress.
 pub struct Reporter {
     done: CancellationToken,
-    task: JoinHandle<()>,
+    /// Ends with the number of notes it sent.
+    task: JoinHandle<u64>,
+    relay: Option<Relay>,
 }
 
 impl Reporter {
@@ -44,20 +48,28 @@ impl Reporter {
         context.meta.get_progress_token()?;
         let (progress, updates) = watch::channel(RunProgress::default());
         let (printed, arriving) = mpsc::channel(PRINTED_QUEUE);
-        let reporter = Reporter::spawn(context, updates, Some(arriving))?;
+        let reporter = Reporter::spawn(context, updates, arriving, 0, None)?;
         Some((Feed { progress, printed }, reporter))
     }
 
-    /// Reports `updates` of a run already under way to this request, if it asked for progress (not what the
-    /// program prints: only [`Reporter::start`] sees that).
-    pub fn attach(context: &RequestContext<RoleServer>, updates: watch::Receiver<RunProgress>) -> Option<Reporter> {
-        Reporter::spawn(context, updates, None)
+    /// Reports a run already under way (`updates`, and its output through `relay`) to this request, if it
+    /// asked for progress.
+    pub fn attach(
+        context: &RequestContext<RoleServer>,
+        updates: watch::Receiver<RunProgress>,
+        relay: &Relay,
+    ) -> Option<Reporter> {
+        context.meta.get_progress_token()?;
+        let (arriving, notes) = relay.connect();
+        Reporter::spawn(context, updates, arriving, notes, Some(relay.clone()))
     }
 
     fn spawn(
         context: &RequestContext<RoleServer>,
         updates: watch::Receiver<RunProgress>,
-        printed: Option<mpsc::Receiver<String>>,
+        printed: mpsc::Receiver<String>,
+        notes: u64,
+        relay: Option<Relay>,
     ) -> Option<Reporter> {
         let token = context.meta.get_progress_token()?;
         let done = CancellationToken::new();
@@ -72,30 +84,36 @@ impl Reporter {
                 }
             }
         };
-        let task = tokio::spawn(report(updates, printed, done.clone(), notify));
-        Some(Reporter { done, task })
+        let news = News::since(&updates.borrow(), notes);
+        let task = tokio::spawn(report(updates, Some(printed), news, done.clone(), notify));
+        Some(Reporter { done, task, relay })
     }
 
-    /// Stops reporting (the run has ended) and waits until no notification is on its way.
+    /// Stops reporting (the run has ended, or waits for the client) and waits until no notification is on
+    /// its way.
     pub async fn finish(self) {
         self.done.cancel();
-        let _ = self.task.await;
+        let notes = self.task.await.unwrap_or_default();
+        if let Some(relay) = self.relay {
+            relay.disconnect(notes);
+        }
     }
 }
 
 /// Sends what is new in `updates` and `printed` through `notify`, at most one notification per [`INTERVAL`]
-/// (what arrives in between is folded into the next), until `done`. `printed` is taken as it arrives, even
-/// while a notification is on its way: a slow client never holds up the program.
+/// (what arrives in between is folded into the next), until `done`; then the notes sent in all. `printed` is
+/// taken as it arrives, even while a notification is on its way: a slow client never holds up the program.
 async fn report<F, Fut>(
     mut updates: watch::Receiver<RunProgress>,
     mut printed: Option<mpsc::Receiver<String>>,
+    mut news: News,
     done: CancellationToken,
     mut notify: F,
-) where
+) -> u64
+where
     F: FnMut(Notice) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let mut news = News::since(&updates.borrow());
     let (mut changed, mut updates_open) = (false, true);
     let mut sending: Option<Pin<Box<Fut>>> = None;
     let mut next = Instant::now();
@@ -103,7 +121,7 @@ async fn report<F, Fut>(
         let due = sending.is_none() && (changed || news.has_printed());
         tokio::select! {
             biased;
-            () = done.cancelled() => return,
+            () = done.cancelled() => return news.notes(),
             () = async { sending.as_mut().expect("checked").await }, if sending.is_some() => {
                 sending = None;
                 next = Instant::now() + INTERVAL;
@@ -147,11 +165,12 @@ mod tests {
         updates: watch::Receiver<RunProgress>,
         printed: Option<mpsc::Receiver<String>>,
         stall: Duration,
-    ) -> (Log, CancellationToken, JoinHandle<()>) {
+    ) -> (Log, CancellationToken, JoinHandle<u64>) {
         let sent: Log = Arc::default();
         let (start, log) = (Instant::now(), Arc::clone(&sent));
         let done = CancellationToken::new();
-        let reporter = tokio::spawn(report(updates, printed, done.clone(), move |notice: Notice| {
+        let news = News::since(&updates.borrow(), 0);
+        let reporter = tokio::spawn(report(updates, printed, news, done.clone(), move |notice: Notice| {
             log.lock().unwrap().push((start.elapsed(), notice));
             tokio::time::sleep(stall)
         }));

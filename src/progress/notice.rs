@@ -29,9 +29,14 @@ pub(super) struct News {
 }
 
 impl News {
-    /// News from `now` on: what a run reported before is not news (a run resumed by a later request).
-    pub(super) fn since(now: &RunProgress) -> News {
-        News { calls: now.finished, said: now.said, ..News::default() }
+    /// News from `now` on, after `notes` sent before: what a run reported to an earlier request is not news.
+    pub(super) fn since(now: &RunProgress, notes: u64) -> News {
+        News { calls: now.finished, said: now.said, notes, ..News::default() }
+    }
+
+    /// Notifications so far that carried a note.
+    pub(super) fn notes(&self) -> u64 {
+        self.notes
     }
 
     pub(super) fn print(&mut self, chunk: &str) {

@@ -203,3 +203,27 @@ time.sleep(1)"#;
     );
     assert!(notifications(&report).iter().all(|p| p["message"] != "forged"), "{report}");
 }
+
+#[apply(integration_test!)]
+async fn a_run_parked_for_approval_streams_its_lines_to_the_request_waiting_for_it() {
+    let confirm = format!("{}tools:\n  confirm: [\"mcp__mock__add\"]\n", config(&[mock_server("mock", &[])], ""));
+    let ptc = HttpPtc::start(&confirm, &format!("{}    max_concurrent_runs: 4\n", token_keys())).await;
+    let code = r#"import time
+print("before approval")
+time.sleep(1)
+r = await mcp__mock__add(a=1, b=2)
+print("after approval", r["sum"])
+time.sleep(1)"#;
+    let (url, authorization) = (ptc.url(), format!("Authorization: Bearer {TOKEN}"));
+    let args = ["--protocol", "2026-07-28", "--elicit", "accept", "--progress", "--code", code, "--url", &url];
+    let Some(report) = sdk_client_report(args.into_iter().chain(["--header", &authorization])).await else { return };
+    let text = report["execute"]["text"].as_str().unwrap_or_default();
+    if text.contains("SandboxError") {
+        let _ = sandbox_unusable(text);
+        return;
+    }
+    assert_eq!(report["execute"]["structured"]["output"], "before approval\nafter approval 3\n", "{report}");
+    let messages: Vec<&str> = notifications(&report).iter().map(|p| p["message"].as_str().unwrap()).collect();
+    assert!(messages.contains(&"before approval"), "the first request: {report}");
+    assert!(messages.contains(&"after approval 3"), "the request that resumed the run: {report}");
+}
