@@ -20,8 +20,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::engine::{ApprovalRequest, Approver, Caller, Engine, Refusal, RunProgress, RunReport};
-use crate::progress::Reporter;
+use crate::engine::{ApprovalRequest, Approver, Caller, Engine, Refusal, RunOptions, RunProgress, RunReport};
+use crate::progress::{Relay, Reporter};
 
 /// The key of the one input request an `input_required` result carries.
 const APPROVAL_KEY: &str = "approval";
@@ -88,7 +88,7 @@ impl Parked {
         context: &RequestContext<RoleServer>,
         render: impl Fn(&RunReport) -> CallToolResponse,
     ) -> Result<CallToolResponse, ResumeError> {
-        let Run { mut events, mut progress, cancel } = match resume.request_state {
+        let Run { mut events, mut progress, relay, cancel } = match resume.request_state {
             None => start(engine, resume.code, session),
             Some(state) => {
                 let parked = self.take(&state, resume.code)?;
@@ -104,7 +104,7 @@ impl Parked {
             }
         };
         // Each request reports the progress made while it waits.
-        let reporter = Reporter::attach(context, progress.clone());
+        let reporter = Reporter::attach(context, progress.clone(), &relay);
         let event = tokio::select! {
             event = events.recv() => event,
             () = context.ct.cancelled() => {
@@ -122,7 +122,7 @@ impl Parked {
                 // The next request reports from here on: what this one may have reported is not sent again
                 // (progress must increase with each notification).
                 progress.borrow_and_update();
-                let run = Run { events, progress, cancel };
+                let run = Run { events, progress, relay, cancel };
                 let keep_for = engine.confirm_timeout().unwrap_or_default() + EXPIRY_MARGIN;
                 let state = self.park(resume.code.to_string(), run, answer, keep_for);
                 Ok(InputRequiredResult::new(Some(input), Some(state)).into())
@@ -168,6 +168,8 @@ fn lock(runs: &Runs) -> std::sync::MutexGuard<'_, HashMap<String, ParkedRun>> {
 struct Run {
     events: mpsc::Receiver<RunEvent>,
     progress: watch::Receiver<RunProgress>,
+    /// What it prints, to the request reporting on it.
+    relay: Relay,
     cancel: CancellationToken,
 }
 
@@ -178,12 +180,14 @@ fn start(engine: &Arc<Engine>, code: &str, session: String) -> Run {
     let cancel = CancellationToken::new();
     let approver: Arc<dyn Approver> = Arc::new(AskThroughResult { events: events_tx.clone() });
     let caller = Caller { session, cancel: cancel.clone(), progress: Some(progress_tx), approver: Some(approver) };
+    let relay = Relay::default();
+    let options = RunOptions { printed: Some(relay.feed()), ..RunOptions::default() };
     let (engine, code) = (Arc::clone(engine), code.to_string());
     tokio::spawn(async move {
-        let report = engine.execute(&code, caller).await;
+        let report = engine.execute_with(&code, caller, options).await;
         let _ = events_tx.send(RunEvent::Done(report)).await;
     });
-    Run { events, progress, cancel }
+    Run { events, progress, relay, cancel }
 }
 
 /// Asks by handing the question to the request waiting for the run, and waits for the next request's answer.
@@ -232,7 +236,7 @@ mod tests {
         let (_, progress) = watch::channel(RunProgress::default());
         let (answer, _) = oneshot::channel();
         let cancel = CancellationToken::new();
-        (Run { events, progress, cancel: cancel.clone() }, answer, cancel)
+        (Run { events, progress, relay: Relay::default(), cancel: cancel.clone() }, answer, cancel)
     }
 
     #[test]

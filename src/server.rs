@@ -15,9 +15,9 @@ use crate::config::{ConfigSource, ExecutionConfig, TraceMode};
 use crate::discovery::{
     EXECUTE_ARGUMENTS, InspectRequest, Inspection, ListRequest, Listing, RequestError, check_names, no_servers,
 };
-use crate::engine::{Caller, Engine, RunReport};
+use crate::engine::{Caller, Engine, RunOptions, RunReport};
 use crate::input_required::{self, Parked, Resume};
-use crate::progress::Reporter;
+use crate::progress::{Feed, Reporter};
 use crate::registry::{FIRST_CONNECT_WAIT, Registry};
 
 pub const LIST_TOOL: &str = "list_callable_tools";
@@ -114,14 +114,16 @@ impl PtcServer {
                 Err(why) => CallToolResult::error(vec![ContentBlock::text(why.to_string())]).into(),
             };
         }
-        let (progress, reporter) = Reporter::start(context).unzip();
+        let (feed, reporter) = Reporter::start(context).unzip();
+        let (progress, printed) = feed.map(|Feed { progress, printed }| (progress, printed)).unzip();
         let caller = Caller {
             session: session_of(context),
             cancel: context.ct.clone(),
             progress,
             approver: Some(crate::elicit::approver_for(context)),
         };
-        let report = self.engine.execute(code, caller).await;
+        let options = RunOptions { printed, ..RunOptions::default() };
+        let report = self.engine.execute_with(code, caller, options).await;
         if let Some(reporter) = reporter {
             reporter.finish().await;
         }
@@ -286,7 +288,8 @@ rows = await mcp__db__query(sql=\"...\"). Top-level await works; asyncio.gather 
 show(result) attaches its images and audio to this result, attach(path) a file of the working directory.
 - A failing call raises ToolError; catch it to carry on.
 - Only printed output comes back (at most {max_output} bytes); emit(value) also returns one JSON value. \
-list_callable_tools(), inspect_tool() and server_status() work inside programs too.
+progress(message, fraction=None) tells the client how far the run is. list_callable_tools(), inspect_tool() \
+and server_status() work inside programs too.
 - Limits: {timeout}s, {calls} tool calls, {concurrent} at a time. Standard library only; empty environment; \
 the working directory is a scratch directory deleted afterwards.",
         max_output = s.max_output_bytes,
@@ -335,6 +338,7 @@ mod tests {
             "show(result)",
             "attach(path)",
             "checked before",
+            "progress(",
         ] {
             assert!(text.contains(needle), "{needle} missing");
         }

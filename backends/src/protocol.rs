@@ -8,7 +8,11 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Bumped whenever a message changes shape; checked in the runner's `ready` message.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
+
+/// The longest `progress()` message, in bytes of UTF-8: the runner refuses longer ones; a longer one on the
+/// channel can only be forged.
+pub const MAX_PROGRESS_MESSAGE: usize = 1024;
 
 /// The runner, run as `python -I -S -c RUNNER_SOURCE`: the call checks (`checks.py`, also importable alone
 /// by its tests and the benchmark), what errors add for the model (`explain.py`), then the runner itself.
@@ -56,6 +60,12 @@ pub enum FromRunner {
     },
     Emit {
         value: Value,
+    },
+    /// `progress(message, fraction)`, sent only when the client wants progress; `fraction` from 0 to 1.
+    Progress {
+        message: String,
+        #[serde(default)]
+        fraction: Option<f64>,
     },
     Done {
         error: Option<ProgramError>,
@@ -120,6 +130,8 @@ pub enum ToRunner<'a> {
         down: &'a BTreeMap<String, String>,
         /// Check the program's tool calls before running it.
         precheck: bool,
+        /// The client wants progress: `progress()` sends its message (otherwise it only checks its arguments).
+        progress: bool,
         max_output_bytes: usize,
         /// The most `attach()` sends of a file: a larger one goes without its data.
         max_attachment_bytes: usize,
@@ -205,7 +217,7 @@ mod tests {
     #[test]
     fn runner_messages_parse_into_their_variants() {
         let cases = [
-            (r#"{"type":"ready","version":2}"#, FromRunner::Ready { version: 2 }),
+            (r#"{"type":"ready","version":3}"#, FromRunner::Ready { version: 3 }),
             (
                 r#"{"type":"show","id":4,"call":3,"blocks":[0,2]}"#,
                 FromRunner::Show { id: 4, call: 3, blocks: BlockIndices(vec![0, 2]) },
@@ -245,6 +257,14 @@ mod tests {
                 FromRunner::Call { id: 4, tool: "mcp__a__b".into(), args: Map::new(), line: Some(12) },
             ),
             (r#"{"type":"emit","value":[1,2]}"#, FromRunner::Emit { value: json!([1, 2]) }),
+            (
+                r#"{"type":"progress","message":"half","fraction":0.5}"#,
+                FromRunner::Progress { message: "half".into(), fraction: Some(0.5) },
+            ),
+            (
+                r#"{"type":"progress","message":"","fraction":null}"#,
+                FromRunner::Progress { message: String::new(), fraction: None },
+            ),
             (r#"{"type":"done","error":null}"#, FromRunner::Done { error: None }),
             (
                 r#"{"type":"done","error":{"kind":"ValueError","message":"ValueError: x"}}"#,
@@ -259,10 +279,10 @@ mod tests {
     }
 
     /// Backends pass the runner as one argument of `python -c` (after the docker prologue, ~10 KiB): Linux
-    /// refuses an argument over 128 KiB (MAX_ARG_STRLEN).
+    /// refuses an argument over 128 KiB (MAX_ARG_STRLEN). Past this bound, the runner must arrive another way.
     #[test]
     fn the_runner_fits_in_one_command_line_argument() {
-        assert!(RUNNER_SOURCE.len() < 96 * 1024, "the runner source is {} bytes", RUNNER_SOURCE.len());
+        assert!(RUNNER_SOURCE.len() < 112 * 1024, "the runner source is {} bytes", RUNNER_SOURCE.len());
     }
 
     #[test]
@@ -281,10 +301,12 @@ mod tests {
             r#"{"type":"nope"}"#,
             r#"{"type":"call","id":1,"tool":"t","args":[1]}"#,
             r#"{"type":"call","id":-1,"tool":"t","args":{}}"#,
-            r#"{"type":"ready","version":2,"extra":true}"#,
+            r#"{"type":"ready","version":3,"extra":true}"#,
             r#"{"type":"show","id":1,"call":1,"blocks":[-1]}"#,
             r#"{"type":"attach","id":1,"name":"a","mime_type":"text/plain","size":-1}"#,
             r#"{"type":"attach","id":1,"name":"a","size":1,"data":""}"#,
+            r#"{"type":"progress","message":7}"#,
+            r#"{"type":"progress","message":"x","fraction":"half"}"#,
         ] {
             assert!(FromRunner::parse(line.as_bytes()).is_err(), "{line}");
         }
@@ -301,6 +323,7 @@ mod tests {
             not_callable: &not_callable,
             down: &down,
             precheck: true,
+            progress: false,
             max_output_bytes: 10,
             max_attachment_bytes: 20,
         };
@@ -308,8 +331,8 @@ mod tests {
             String::from_utf8(run.to_line()).unwrap(),
             "{\"type\":\"run\",\"code\":\"print(1)\",\"tools\":[{\"name\":\"mcp__a__b\",\"params\":[]}],\
              \"not_callable\":{\"mcp__a__c\":\"it is blocked by tools.block\"},\
-             \"down\":{\"mcp__d__\":\"server 'd' is unavailable: gone\"},\"precheck\":true,\"max_output_bytes\":10,\
-             \"max_attachment_bytes\":20}\n"
+             \"down\":{\"mcp__d__\":\"server 'd' is unavailable: gone\"},\"precheck\":true,\"progress\":false,\
+             \"max_output_bytes\":10,\"max_attachment_bytes\":20}\n"
         );
         let media = ["[non-text content omitted: image (image/png)]".to_string()];
         let with_media = ToRunner::success_parts(5, tools.clone(), &media);

@@ -1,4 +1,4 @@
-"""ptc-mcp runner, part 3: runs ONE model-written Python program and talks to the server (protocol v2, PROTOCOL.md).
+"""ptc-mcp runner, part 3: runs ONE model-written Python program and talks to the server (protocol v3, PROTOCOL.md).
 
 checks.py and explain.py precede this source (backends/src/protocol.rs joins them): `Toolbox`, `ToolSpec` and
 `precheck` come from the first, `Results` and `explain` from the second.
@@ -32,6 +32,10 @@ Design:
 * `attach(path)` sends a file of the working directory (its bytes in base64, none past max_attachment_bytes) for
   the server to return as an embedded resource. Its path rules only make mistakes clear: the sandbox is what
   keeps the program from reading anything else.
+* `progress(message, fraction=None)` checks its arguments, then sends a `progress` message only when the client
+  asked for progress (`run.progress`), at most every PROGRESS_INTERVAL (a thread sends the latest when its turn
+  comes): a program calling it in a loop does not wait for the server to read each. The server coalesces and
+  rate-limits what it passes on.
 * The runner only keeps the channel clean: the server enforces every limit (time, calls, output) itself.
 """
 import ast
@@ -55,7 +59,9 @@ import traceback
 import types
 import weakref
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+PROGRESS_MESSAGE_BYTES = 1024  # the longest progress() message, as UTF-8 (protocol.rs: MAX_PROGRESS_MESSAGE)
+PROGRESS_INTERVAL = 0.05  # at most 20 progress messages a second; the server sends the client at most 4
 PROGRAM = "<program>"  # filename of the program's code: the only frames tracebacks show
 READ_CHUNK = 65536
 LINE_READ_CHUNK = 1 << 20
@@ -361,18 +367,20 @@ class Run:
             raise ValueError("expected a JSON object of type run")
         code, tools, limit = message.get("code"), message.get("tools"), message.get("max_output_bytes")
         not_callable, down, precheck = message.get("not_callable"), message.get("down"), message.get("precheck")
-        attach_limit = message.get("max_attachment_bytes")
+        attach_limit, progress = message.get("max_attachment_bytes"), message.get("progress")
         if (type(code) is not str or type(tools) is not list or not all(type(t) is dict for t in tools)
                 or not is_text_map(not_callable) or not is_text_map(down) or type(precheck) is not bool
-                or type(limit) is not int or limit < 0 or type(attach_limit) is not int or attach_limit < 0):
+                or type(progress) is not bool or type(limit) is not int or limit < 0
+                or type(attach_limit) is not int or attach_limit < 0):
             raise ValueError("expected {type: run, code: str, tools: [object], not_callable: {str: str}, "
-                             "down: {str: str}, precheck: bool, max_output_bytes: int >= 0, "
+                             "down: {str: str}, precheck: bool, progress: bool, max_output_bytes: int >= 0, "
                              "max_attachment_bytes: int >= 0}")
         try:
             self.toolbox = Toolbox(tools, not_callable, down)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"a tool without {e}") from None
-        self.code, self.precheck, self.limit, self.attach_limit = code, precheck, limit, attach_limit
+        self.code, self.precheck, self.limit, self.progress = code, precheck, limit, progress
+        self.attach_limit = attach_limit
 
 
 def is_text_map(value):
@@ -697,7 +705,81 @@ def make_emit(channel, limit):
     return emit
 
 
-def make_globals(channel, toolbox, book, limit, attach):
+class ProgressSender:
+    """Sends `progress` messages at most every PROGRESS_INTERVAL; one that comes sooner waits for its turn on a
+    thread of its own (started at the first such), and a later one replaces it: the latest always goes."""
+
+    def __init__(self, channel):
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._pending = None
+        self._sent_at = float("-inf")
+        self._wake = threading.Event()
+        self._thread = None  # False once a thread could not be started: then each message goes at once
+
+    def send(self, message):
+        with self._lock:
+            if self._thread is not False and time.monotonic() < self._sent_at + PROGRESS_INTERVAL:
+                self._pending = message
+                if self._thread is None:
+                    self._thread = self._start_thread()
+                if self._thread:
+                    self._wake.set()
+                    return
+            self._pending = None
+            self._sent_at = time.monotonic()
+            self._channel.send(message)
+
+    def _start_thread(self):
+        thread = threading.Thread(target=self._send_pending, name="ptc-progress", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread left (a limit on processes): send at once instead
+            return False
+        return thread
+
+    def _send_pending(self):
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                turn = self._sent_at + PROGRESS_INTERVAL - time.monotonic()
+            if turn > 0:
+                time.sleep(turn)
+            with self._lock:
+                message, self._pending = self._pending, None
+                if message is not None:
+                    self._sent_at = time.monotonic()
+                    self._channel.send(message)
+
+
+def make_progress(channel, wanted):
+    sender = ProgressSender(channel) if wanted else None
+
+    def progress(message, fraction=None):
+        """Tell the client how the run is going, as a progress notification if it asked for them: message (a str
+        of at most 1024 bytes as UTF-8) and optionally fraction, the share done from 0 to 1. The server sends at
+        most four notifications a second: the latest call wins."""
+        if not isinstance(message, str):
+            raise TypeError(f"progress(): message must be a str, not {type(message).__name__}")
+        size = len(message.encode("utf-8", "replace"))
+        if size > PROGRESS_MESSAGE_BYTES:
+            raise ValueError(f"progress(): message is {size} bytes as UTF-8, over the limit of "
+                             f"{PROGRESS_MESSAGE_BYTES} bytes")
+        if fraction is not None:
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+                raise TypeError(f"progress(): fraction must be a number from 0 to 1 or None, "
+                                f"not {type(fraction).__name__}")
+            if not 0 <= fraction <= 1:  # NaN fails too
+                raise ValueError(f"progress(): fraction must be from 0 to 1 (the share done), got {fraction!r}")
+            fraction = float(fraction)
+        if sender is not None:
+            sender.send({"type": "progress", "message": message, "fraction": fraction})
+
+    return progress
+
+
+def make_globals(channel, toolbox, book, limit, attach, wanted_progress):
     """A fresh __main__ module for the program (so pickle, dataclasses, `import __main__` see the program)."""
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
@@ -713,6 +795,7 @@ def make_globals(channel, toolbox, book, limit, attach):
         emit=make_emit(channel, limit),
         show=make_show(channel, book),
         attach=attach,
+        progress=make_progress(channel, wanted_progress),
         help=make_help(signatures),
         list_callable_tools=make_helper(
             channel, "list_callable_tools",
@@ -895,7 +978,8 @@ def main():
     error, tree = checked(run)
     if error is None:
         book = CallBook()
-        namespace = make_globals(channel, run.toolbox, book, run.limit, make_attach(channel, workdir, run.attach_limit))
+        attach = make_attach(channel, workdir, run.attach_limit)
+        namespace = make_globals(channel, run.toolbox, book, run.limit, attach, run.progress)
         error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book, run.code, workdir))
     finish(channel, drain, streams, error)
 

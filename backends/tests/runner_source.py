@@ -13,9 +13,9 @@ def open_tool(name):
 
 
 def run_message(code, tools=(), max_output_bytes=65536, not_callable=None, down=None, precheck=True,
-                max_attachment_bytes=10485760):
+                progress=False, max_attachment_bytes=10485760):
     """`tools` holds names (tools that take anything) or tool objects as the server describes them."""
     return {"type": "run", "code": code,
             "tools": [open_tool(t) if type(t) is str else t for t in tools],
             "not_callable": not_callable or {}, "down": down or {}, "precheck": precheck,
-            "max_output_bytes": max_output_bytes, "max_attachment_bytes": max_attachment_bytes}
+            "progress": progress, "max_output_bytes": max_output_bytes, "max_attachment_bytes": max_attachment_bytes}

@@ -15,7 +15,7 @@ import unittest
 
 from runner_source import RUNNER_SOURCE, run_message
 
-MESSAGE_TYPES = {"ready", "output", "call", "helper", "show", "attach", "emit", "done"}
+MESSAGE_TYPES = {"ready", "output", "call", "helper", "show", "attach", "emit", "progress", "done"}
 
 
 class Runner:
@@ -85,7 +85,7 @@ class RunnerTest(unittest.TestCase):
     def start(self):
         runner = Runner()
         self.addCleanup(runner.close)
-        self.assertEqual(runner.recv(), {"type": "ready", "version": 2})
+        self.assertEqual(runner.recv(), {"type": "ready", "version": 3})
         return runner
 
     def run_program(self, code, tools=(), answer=None, max_output_bytes=65536, runner=None, **run):
@@ -511,6 +511,64 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(self.output(messages).splitlines()[:2], ["TypeError True", "TypeError True"])
         self.assertIn("ValueError emit(): value is 202 bytes", self.output(messages))
 
+    PROGRESS_CHECKS = """
+        for args in [(1,), ("x" * 1025,), ("é" * 513,), ("x", 1.5), ("x", -0.1), ("x", float("nan")), ("x", True),
+                     ("x", "0.5"), ("x", 10 ** 30)]:
+            try:
+                progress(*args)
+                print("accepted", args)
+            except (TypeError, ValueError) as e:
+                print(type(e).__name__, e)
+        progress("x" * 1024)
+        progress("half", 0.5)
+        progress("done", 1)
+        progress("no fraction", fraction=None)
+        import time
+        time.sleep(0.3)
+    """
+
+    def test_progress_checks_its_arguments_and_sends_only_when_the_client_wants_progress(self):
+        wanted = self.run_program(self.PROGRESS_CHECKS, progress=True)
+        self.assert_success(wanted)
+        self.assertEqual(self.output(wanted).splitlines(), [
+            "TypeError progress(): message must be a str, not int",
+            "ValueError progress(): message is 1025 bytes as UTF-8, over the limit of 1024 bytes",
+            "ValueError progress(): message is 1026 bytes as UTF-8, over the limit of 1024 bytes",
+            "ValueError progress(): fraction must be from 0 to 1 (the share done), got 1.5",
+            "ValueError progress(): fraction must be from 0 to 1 (the share done), got -0.1",
+            "ValueError progress(): fraction must be from 0 to 1 (the share done), got nan",
+            "TypeError progress(): fraction must be a number from 0 to 1 or None, not bool",
+            "TypeError progress(): fraction must be a number from 0 to 1 or None, not str",
+            "ValueError progress(): fraction must be from 0 to 1 (the share done), got " + str(10 ** 30),
+        ])
+        # The first at once; the others came within its PROGRESS_INTERVAL: the latest follows when its turn comes.
+        self.assertEqual(self.of_type(wanted, "progress"), [
+            {"type": "progress", "message": "x" * 1024, "fraction": None},
+            {"type": "progress", "message": "no fraction", "fraction": None},
+        ])
+        unwanted = self.run_program(self.PROGRESS_CHECKS, progress=False)
+        self.assert_success(unwanted)
+        self.assertEqual(self.output(unwanted), self.output(wanted), "the same checks without a client asking")
+        self.assertEqual(self.of_type(unwanted, "progress"), [])
+
+    def test_progress_in_a_tight_loop_sends_at_most_twenty_a_second_and_the_latest(self):
+        messages = self.run_program("""
+            import time
+            start = time.monotonic()
+            for i in range(100_000):
+                progress(f"step {i}", i / 100_000)
+            print(time.monotonic() - start < 5)
+            time.sleep(0.3)
+            progress("after a pause")
+        """, progress=True)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), "True\n")
+        sent = self.of_type(messages, "progress")
+        self.assertEqual(sent[0], {"type": "progress", "message": "step 0", "fraction": 0.0})
+        self.assertEqual(sent[-2]["message"], "step 99999", "the latest of the loop went when its turn came")
+        self.assertEqual(sent[-1]["message"], "after a pause", "at once after a pause")
+        self.assertLess(len(sent), 120, "at most 20 a second for a few seconds")
+
     def test_helpers_sync_and_awaited(self):
         def answer(request):
             self.assertEqual(request["type"], "helper")
@@ -565,7 +623,7 @@ class RunnerTest(unittest.TestCase):
         """, tools=["mcp__s__t"])
         self.assertEqual(self.output(messages),
                          "['ToolError', 'attach', 'emit', 'help', 'inspect_tool', 'list_callable_tools', "
-                         "'mcp__s__t', 'server_status', 'show']\n__main__ True builtins\n")
+                         "'mcp__s__t', 'progress', 'server_status', 'show']\n__main__ True builtins\n")
 
     # --- signatures, the check before running, errors that teach, show -------------------------
 

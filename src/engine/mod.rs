@@ -44,7 +44,7 @@ pub struct Caller {
     pub session: String,
     /// The client's cancellation of this request.
     pub cancel: CancellationToken,
-    /// Told each time a tool call finishes, if the client wants progress.
+    /// Told each time a tool call finishes or the program calls `progress()`, if the client wants progress.
     pub progress: Option<watch::Sender<RunProgress>>,
     /// Asks the person behind the client to approve calls of `tools.confirm` (`None`: nobody can be asked).
     pub approver: Option<Arc<dyn Approver>>,
@@ -68,11 +68,17 @@ pub struct RunOptions {
     pub servers_awaited: bool,
 }
 
-/// How far a run is: tool calls finished so far (never decreasing), and the last one's tool.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// How far a run is: tool calls finished so far (never decreasing), the last one's tool, and what the program
+/// last said with `progress()`.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunProgress {
     pub finished: u64,
     pub last_tool: String,
+    /// `progress()` calls so far.
+    pub said: u64,
+    /// The last one's message (at most `MAX_PROGRESS_MESSAGE` bytes) and fraction (0 to 1).
+    pub message: String,
+    pub fraction: Option<f64>,
 }
 
 pub struct Engine {

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ptc_backends::protocol::{FromRunner, ProgramError, ToRunner};
+use ptc_backends::protocol::{FromRunner, MAX_PROGRESS_MESSAGE, ProgramError, ToRunner};
 use ptc_backends::{ExitInfo, RunnerControl};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
@@ -60,7 +60,7 @@ pub(super) struct RunContext<'a> {
     /// The run's time limit (which stands still while an approval is awaited), the client's cancel and the
     /// server's shutdown.
     pub expiry: Expiry,
-    /// Told each time a tool call finishes.
+    /// Told each time a tool call finishes or the program calls `progress()`.
     pub progress: Option<watch::Sender<RunProgress>>,
     /// Gets the program's output as it arrives (see `RunOptions::printed`).
     pub printed: Option<mpsc::Sender<String>>,
@@ -92,6 +92,10 @@ enum Breach {
     SecondReady,
     #[error("a tool name of {0} bytes")]
     LongToolName(usize),
+    #[error("a progress message of {0} bytes")]
+    LongProgressMessage(usize),
+    #[error("a progress fraction of {0}, outside 0 to 1")]
+    Fraction(f64),
     #[error(transparent)]
     Read(ReadError),
 }
@@ -166,6 +170,7 @@ async fn send_program(cx: &RunContext<'_>, lines_tx: &mpsc::Sender<Outgoing>) {
         not_callable: &catalog.refused,
         down: &down,
         precheck: runner_checks,
+        progress: cx.progress.is_some(),
         max_output_bytes: cx.settings.max_output_bytes,
         max_attachment_bytes: cx.settings.max_attachment_bytes,
     };
@@ -324,6 +329,7 @@ impl<'a> RunState<'a> {
                     self.result = Some(value);
                 }
             }
+            FromRunner::Progress { message, fraction } => self.said(message, fraction)?,
             FromRunner::Call { id, tool, args, line } => self.call(id, tool, args, line)?,
             FromRunner::Helper { id, name, args } => {
                 let line = match helper(self.registry, &name, &args) {
@@ -342,6 +348,25 @@ impl<'a> RunState<'a> {
             }
             FromRunner::Ready { .. } => return Err(Breach::SecondReady),
             FromRunner::Done { .. } => unreachable!("done ends the loop before handle"),
+        }
+        Ok(())
+    }
+
+    /// The program's `progress()`: checked here too (the runner checks it, a forged line need not), then
+    /// passed on to the client's reporter, which sends the latest.
+    fn said(&mut self, message: String, fraction: Option<f64>) -> Result<(), Breach> {
+        if message.len() > MAX_PROGRESS_MESSAGE {
+            return Err(Breach::LongProgressMessage(message.len()));
+        }
+        if let Some(fraction) = fraction.filter(|fraction| !(0.0..=1.0).contains(fraction)) {
+            return Err(Breach::Fraction(fraction));
+        }
+        if let Some(progress) = &self.progress {
+            progress.send_modify(|p| {
+                p.said += 1;
+                p.message = message;
+                p.fraction = fraction;
+            });
         }
         Ok(())
     }

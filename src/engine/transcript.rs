@@ -30,6 +30,7 @@ fn server_line(message: &Value, catalog: &Catalog) -> Vec<u8> {
                 not_callable: &map(&message["not_callable"]),
                 down: &map(&message["down"]),
                 precheck: message["precheck"].as_bool().unwrap(),
+                progress: message["progress"].as_bool().unwrap(),
                 max_output_bytes: message["max_output_bytes"].as_u64().unwrap() as usize,
                 max_attachment_bytes: message["max_attachment_bytes"].as_u64().unwrap() as usize,
             }
@@ -69,5 +70,5 @@ fn the_server_side_of_the_golden_transcript() {
             _ => panic!("line {} starts with neither '> ' nor '< '", number + 1),
         }
     }
-    assert_eq!(runner_lines, 8);
+    assert_eq!(runner_lines, 9);
 }

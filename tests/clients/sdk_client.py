@@ -14,9 +14,13 @@ JSON object on stdout:
     {"negotiated_version": "2026-07-28", "lifecycle": "discover", "server_info": {...},
      "wire": ["server/discover@2026-07-28", "tools/list@2026-07-28", ...],
      "tools": [names], "callable": "<first text block>", "callable_extra": [more text blocks],
-     "execute": {"is_error": false, "text": "...", "structured": {...},
+     "execute": {"seconds": 1.2, "is_error": false, "text": "...", "structured": {...},
                  "content": [{"type": "text"}, {"type": "image", "mime_type": "image/png", "bytes": 1234}]},
+     "progress": [{"progress": 1.0, "total": null, "message": "...", "at": 0.4}],
      "errors": {}}
+
+`seconds` is how long `execute_program` took and `at` when each progress notification (with --progress)
+arrived, both counted from the moment the request was sent.
 
 How the era is chosen (SDK 2.3.0, `mcp.client.Client(mode=...)`):
   auto          Client(mode="auto"), the SDK default: sends `server/discover` at 2026-07-28 first and
@@ -48,6 +52,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -186,13 +191,17 @@ async def _exercise(
     except MCPError as exc:
         errors["list_callable_tools"] = _describe(exc)
 
+    started = time.monotonic()
+
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        report["progress"].append({"progress": progress, "total": total, "message": message})
+        report["progress"].append({"progress": progress, "total": total, "message": message,
+                                   "at": time.monotonic() - started})
 
     try:
         run = await api.call_tool("execute_program", {"code": code},
                                   progress_callback=on_progress if want_progress else None)
         report["execute"] = {
+            "seconds": time.monotonic() - started,
             "is_error": bool(run.is_error),
             "text": "\n".join(_texts(run)),
             "structured": run.structured_content,
