@@ -36,8 +36,12 @@ const WRITE_QUEUE: usize = 16;
 /// Parts of lines to the runner at least this long are written from where they lie; shorter ones are
 /// gathered so that one write takes them all.
 const WRITE_AS_IS: usize = 64 * 1024;
-/// After the runner exits, how long its last lines may take to arrive.
+/// After the runner exits, how long its next line may take to arrive: the runner may have written many lines
+/// just before exiting (what the channel holds), and a busy server reads them slower than it wrote.
 const EXIT_GRACE: Duration = Duration::from_millis(300);
+/// However fast lines keep coming after the runner exits, the longest they are read: past it, only a process
+/// the program forked (which shares the channel) could still be writing.
+const EXIT_DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// Room in a line beyond its payload (call arguments, an emitted value): the envelope, and output chunks
 /// (the runner sends at most 64 KiB of output a line, up to six times that once escaped).
 const LINE_SLACK: usize = 512 * 1024;
@@ -185,7 +189,7 @@ async fn serve(
     control: &mut dyn RunnerControl,
     cx: &RunContext<'_>,
 ) -> Ending {
-    let mut exited: Option<(ExitInfo, tokio::time::Instant)> = None;
+    let mut exited: Option<AfterExit> = None;
     let mut channel_open = true;
     loop {
         tokio::select! {
@@ -196,20 +200,23 @@ async fn serve(
                 if !channel_open {
                     break Ending::Exited(info);
                 }
-                exited = Some((info, tokio::time::Instant::now() + EXIT_GRACE));
+                exited = Some(AfterExit::new(info));
             }
-            () = sleep_until_some(exited.as_ref().map(|(_, grace)| *grace)), if run.printed_has_room() => {
-                break Ending::Exited(exited.take().map(|(info, _)| info).expect("set with the grace"));
+            () = sleep_until_some(exited.as_ref().map(|after| after.grace)), if run.printed_has_room() => {
+                break Ending::Exited(exited.take().map(|after| after.info).expect("set with the grace"));
             }
             () = room_in(run.printed.as_ref()), if !run.printed_has_room() => {
                 // The runner's last lines wait in the channel for our caller, not for the runner: their grace
                 // starts again.
-                if let Some((_, grace)) = &mut exited {
-                    *grace = tokio::time::Instant::now() + EXIT_GRACE;
+                if let Some(after) = &mut exited {
+                    after.grace = tokio::time::Instant::now() + EXIT_GRACE;
                 }
             }
             read = reader.next_line(), if channel_open && run.can_take_work() && run.printed_has_room() => match read {
                 Ok(Line::Complete(line)) => {
+                    if let Some(after) = &mut exited {
+                        after.line_read();
+                    }
                     let message = FromRunner::parse(line);
                     reader.release();
                     match message {
@@ -228,7 +235,7 @@ async fn serve(
                 // The program closed its channel: the run goes on until the interpreter exits (within the
                 // deadline and the client's cancel, like everything here).
                 Ok(Line::End) => match exited.take() {
-                    Some((info, _)) => break Ending::Exited(info),
+                    Some(after) => break Ending::Exited(after.info),
                     None => channel_open = false,
                 },
                 Err(e) => break Ending::Broken(Breach::Read(e)),
@@ -594,6 +601,27 @@ async fn room_in(printed: Option<&mpsc::Sender<String>>) {
     }
 }
 
+/// The runner has exited: how long the loop still reads what it wrote before.
+struct AfterExit {
+    info: ExitInfo,
+    /// When the loop stops waiting for the next line.
+    grace: tokio::time::Instant,
+    /// The latest `grace` may become.
+    limit: tokio::time::Instant,
+}
+
+impl AfterExit {
+    fn new(info: ExitInfo) -> AfterExit {
+        let now = tokio::time::Instant::now();
+        AfterExit { info, grace: now + EXIT_GRACE, limit: now + EXIT_DRAIN_LIMIT }
+    }
+
+    /// A line arrived: the next one gets its grace, within the limit.
+    fn line_read(&mut self) {
+        self.grace = (tokio::time::Instant::now() + EXIT_GRACE).min(self.limit);
+    }
+}
+
 async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -605,6 +633,22 @@ async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Lines that keep coming after the runner exited are read (each gets its grace), up to the limit.
+    #[tokio::test(start_paused = true)]
+    async fn lines_after_the_exit_are_read_while_they_come_but_only_up_to_the_limit() {
+        let start = tokio::time::Instant::now();
+        let mut after = AfterExit::new(ExitInfo::Code(0));
+        assert_eq!(after.grace, start + EXIT_GRACE);
+        tokio::time::advance(EXIT_GRACE / 2).await;
+        after.line_read();
+        assert_eq!(after.grace, start + EXIT_GRACE / 2 + EXIT_GRACE, "a line read gives the next its grace");
+        while tokio::time::Instant::now() < start + EXIT_DRAIN_LIMIT {
+            tokio::time::advance(EXIT_GRACE / 2).await;
+            after.line_read();
+        }
+        assert_eq!(after.grace, start + EXIT_DRAIN_LIMIT, "a writer that never stops is read no longer");
+    }
 
     #[test]
     fn short_parts_are_gathered_into_one_write_and_long_ones_written_as_they_are() {
