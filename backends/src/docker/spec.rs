@@ -118,8 +118,9 @@ pub const USER: &str = "65534:65534";
 /// The user's name in the container's own user database and in `LOGNAME`/`USER` (for `getpass.getuser()`).
 const USER_NAME: &str = "ptc";
 /// With the image's /etc hidden, /etc is a tiny tmpfs of the container's own, where the prologue writes a user
-/// database for the runner's user; the files Docker adds there (its /etc/hostname, /etc/hosts and the host's
-/// /etc/resolv.conf) are masked.
+/// database for the runner's user; the files Docker adds there (its /etc/hostname, /etc/hosts and
+/// /etc/resolv.conf) are masked. runsc ignores masked paths: there they hold only the host name below, Docker's
+/// loopback-only hosts file and the fixed resolver settings of [`DNS`].
 const ETC: &str = "/etc";
 const DOCKER_ETC_FILES: &[&str] = &["/etc/hostname", "/etc/hosts", "/etc/resolv.conf"];
 /// Every runner container carries this label; its value is the server instance that made it.
@@ -140,6 +141,15 @@ const MASKED_PATHS: &[&str] = &[
     "/proc/scsi",
     "/sys",
 ];
+
+/// Empty read-only tmpfs mounts: /sys (masked too, but runsc ignores masked paths) and /tmp (where runsc
+/// would otherwise mount a writable tmpfs of its own).
+const EMPTY: &[&str] = &["/sys", "/tmp"];
+const EMPTY_TMPFS: &str = "ro,nosuid,nodev,noexec,size=4k,mode=0555";
+/// What /etc/resolv.conf holds instead of the host's resolver settings (masked under runc, but runsc ignores
+/// masked paths): a loopback resolver, which network `none` leaves nothing behind, and no search domains.
+const DNS: &str = "127.0.0.1";
+const DNS_OPTIONS: &str = "ndots:1";
 
 /// The confinement prologue run by the interpreter before the runner (see its docstring).
 const CONFINE_SOURCE: &str = include_str!("confine.py");
@@ -205,7 +215,7 @@ pub fn runner_command(python: &str, request: &SpawnRequest, nproc: Option<u64>) 
 /// The container for one runner: `command` in a fresh container of the image, with stdin/stdout/stderr
 /// attached (no TTY), no network, a read-only root, a size-limited tmpfs as scratch and working directory,
 /// no capabilities, no-new-privileges, a non-root user, memory, pids and CPU limits, no IPC namespace
-/// shared or /dev/shm, /sys masked, no logs kept, the configured OCI runtime (else the engine's default),
+/// shared or /dev/shm, /sys masked, /sys and /tmp empty and read-only, a resolv.conf of fixed text, no logs kept, the configured OCI runtime (else the engine's default),
 /// and removed by the engine as soon as it exits; `tasks` says what its pids limit bounds. With
 /// `hide_etc`, the image's /etc is hidden under a tiny tmpfs holding only the user database the prologue writes
 /// (and Docker's /etc files, masked): the probe finds out whether the image's interpreter starts without it
@@ -224,6 +234,7 @@ pub fn container_body(
     let (uid, gid) = USER.split_once(':').expect("USER is uid:gid");
     let scratch = format!("rw,nosuid,nodev,noexec,size={}m,uid={uid},gid={gid},mode=0700", settings.scratch_mb(limits));
     let mut tmpfs = HashMap::from([(SCRATCH.to_string(), scratch)]);
+    tmpfs.extend(EMPTY.iter().map(|path| (path.to_string(), EMPTY_TMPFS.to_string())));
     let mut masked: Vec<String> = MASKED_PATHS.iter().map(|p| p.to_string()).collect();
     if hide_etc {
         tmpfs.insert(ETC.to_string(), format!("rw,nosuid,nodev,noexec,size=64k,uid={uid},gid={gid},mode=0755"));
@@ -253,6 +264,10 @@ pub fn container_body(
         network_disabled: Some(true),
         host_config: Some(HostConfig {
             network_mode: Some("none".to_string()),
+            dns: Some(vec![DNS.to_string()]),
+            // ".": no search domains (the host's otherwise).
+            dns_search: Some(vec![".".to_string()]),
+            dns_options: Some(vec![DNS_OPTIONS.to_string()]),
             readonly_rootfs: Some(true),
             tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".to_string()]),
@@ -299,6 +314,14 @@ mod tests {
         let masked = host.masked_paths.unwrap();
         assert!(masked.contains(&"/sys".to_string()) && masked.contains(&"/etc/resolv.conf".to_string()));
         assert!(masked.contains(&"/proc/kcore".to_string()), "Docker's own list is kept");
+        for empty in ["/sys", "/tmp"] {
+            assert_eq!(host.tmpfs.as_ref().unwrap()[empty], "ro,nosuid,nodev,noexec,size=4k,mode=0555", "{empty}");
+        }
+        assert_eq!(
+            (host.dns.clone(), host.dns_search.clone(), host.dns_options.clone()),
+            (Some(vec!["127.0.0.1".into()]), Some(vec![".".into()]), Some(vec!["ndots:1".into()])),
+            "nothing of the host's resolver settings"
+        );
         let etc = &host.tmpfs.as_ref().unwrap()["/etc"];
         assert_eq!(etc, "rw,nosuid,nodev,noexec,size=64k,uid=65534,gid=65534,mode=0755", "the image's /etc hidden");
         let shown = container_body(&settings, &Limits::default(), vec![], "i", false, TaskBound::Cgroup).host_config.unwrap();

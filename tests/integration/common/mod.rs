@@ -68,6 +68,11 @@ pub fn docker_runtime() -> Option<String> {
     std::env::var("PTC_TEST_DOCKER_RUNTIME").ok().filter(|runtime| !runtime.is_empty())
 }
 
+/// Whether programs run under gVisor: the docker sandbox with the runtime `runsc`.
+pub fn under_gvisor() -> bool {
+    sandbox_under_test() == "docker" && docker_runtime().as_deref() == Some("runsc")
+}
+
 /// The sandbox the suite runs programs in: `PTC_TEST_SANDBOX`, default `none`.
 pub fn sandbox_under_test() -> String {
     std::env::var("PTC_TEST_SANDBOX").unwrap_or_else(|_| "none".to_string())
