@@ -153,8 +153,11 @@ async fn check_sandbox(config_text: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config_text).unwrap();
-    let output =
-        tokio::process::Command::new(binary()).args(["--check-sandbox", "docker", "--config"]).arg(&path).output().await;
+    let output = tokio::process::Command::new(binary())
+        .args(["--check-sandbox", "docker", "--config"])
+        .arg(&path)
+        .output()
+        .await;
     let output = output.expect("ptc-mcp --check-sandbox runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     (output.status.success(), stdout.lines().next().unwrap_or_default().to_string())

@@ -201,7 +201,13 @@ fn confined_source(limits: &Limits, cpu_seconds: u64, nproc: Option<u64>, body: 
 }
 
 /// The interpreter command line that runs `body` confined by the prologue.
-pub fn confined_command(python: &str, limits: &Limits, cpu_seconds: u64, nproc: Option<u64>, body: &str) -> Vec<String> {
+pub fn confined_command(
+    python: &str,
+    limits: &Limits,
+    cpu_seconds: u64,
+    nproc: Option<u64>,
+    body: &str,
+) -> Vec<String> {
     let mut command = vec![python.to_string()];
     command.extend(crate::python::isolated_args(&confined_source(limits, cpu_seconds, nproc, body)));
     command
@@ -302,7 +308,8 @@ mod tests {
     #[test]
     fn the_container_is_locked_down() {
         let settings = DockerSettings::default();
-        let body = container_body(&settings, &Limits::default(), vec!["python3".into()], "inst-1", true, TaskBound::Cgroup);
+        let body =
+            container_body(&settings, &Limits::default(), vec!["python3".into()], "inst-1", true, TaskBound::Cgroup);
         let host = body.host_config.clone().unwrap();
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(body.network_disabled, Some(true));
@@ -324,7 +331,8 @@ mod tests {
         );
         let etc = &host.tmpfs.as_ref().unwrap()["/etc"];
         assert_eq!(etc, "rw,nosuid,nodev,noexec,size=64k,uid=65534,gid=65534,mode=0755", "the image's /etc hidden");
-        let shown = container_body(&settings, &Limits::default(), vec![], "i", false, TaskBound::Cgroup).host_config.unwrap();
+        let shown =
+            container_body(&settings, &Limits::default(), vec![], "i", false, TaskBound::Cgroup).host_config.unwrap();
         assert!(!shown.tmpfs.unwrap().contains_key("/etc"));
         assert!(!shown.masked_paths.unwrap().contains(&"/etc/resolv.conf".to_string()));
         assert_eq!(body.user.as_deref(), Some(USER));
@@ -376,7 +384,8 @@ mod tests {
             runtime: Some("runsc".into()),
             ..Default::default()
         };
-        let host = container_body(&settings, &Limits::default(), vec![], "i", true, TaskBound::Cgroup).host_config.unwrap();
+        let host =
+            container_body(&settings, &Limits::default(), vec![], "i", true, TaskBound::Cgroup).host_config.unwrap();
         assert_eq!(host.runtime.as_deref(), Some("runsc"));
         assert_eq!(host.memory, Some(300 * 1024 * 1024));
         assert_eq!(host.pids_limit, Some(16));
@@ -408,7 +417,8 @@ mod tests {
         let limits = Limits::default();
         assert_eq!(TaskBound::Cgroup.nproc(&settings, &limits), None, "under runc the count is the host user's");
         assert_eq!(TaskBound::Gvisor.nproc(&settings, &limits), Some(32));
-        let pids_limit = |tasks| container_body(&settings, &limits, vec![], "i", true, tasks).host_config.unwrap().pids_limit;
+        let pids_limit =
+            |tasks| container_body(&settings, &limits, vec![], "i", true, tasks).host_config.unwrap().pids_limit;
         assert_eq!(pids_limit(TaskBound::Cgroup), Some(32));
         assert_eq!(pids_limit(TaskBound::Gvisor), Some(32 + 512));
         let command = runner_command("python3", &request(), Some(32));
