@@ -12,6 +12,7 @@
 //! cargo test --test integration escape                             # none: what it does NOT stop
 //! PTC_TEST_SANDBOX=landlock cargo test --test integration escape   # every attempt must be BLOCKED
 //! PTC_TEST_SANDBOX=docker   cargo test --test integration escape
+//! PTC_TEST_SANDBOX=docker PTC_TEST_DOCKER_RUNTIME=runsc cargo test --test integration escape   # under gVisor
 //! PTC_TEST_SANDBOX=landlock PTC_REQUIRE_BACKENDS=landlock ...      # CI: fail instead of skipping
 //! ```
 //!
