@@ -2,8 +2,9 @@
 //! `ci/bench.sh`). Each figure is reported beside its baseline and the ratio; each measured row is the median
 //! of at least five runs; per-call figures stand against a raw direct call (JSON-RPC lines written straight
 //! to the same downstream, no SDK) and an rmcp client's direct call. Nothing here fails on a slow machine. Runs once per sandbox backend that is available here (`PTC_BENCH_SANDBOXES`, default
-//! `none,landlock`; `docker` uses the image from ci/docker-setup.sh), then compares each one's per-run
-//! start-up with `none`'s, and times the check before running (`execution.precheck`) on a 200-line program;
+//! `none,landlock`; `docker` uses the image from ci/docker-setup.sh, `docker:runsc` the same with the OCI runtime
+//! `runsc`, gVisor), then compares each one's per-run start-up with `none`'s and each docker runtime's runs and
+//! calls with the engine's default runtime's, and times the check before running (`execution.precheck`) on a 200-line program;
 //! last, a soak: 10,000 runs with tool calls in one server (`PTC_BENCH_SOAK_RUNS`), its memory and open files
 //! along the way.
 //!
@@ -39,14 +40,23 @@ fn mock_entry() -> String {
     )
 }
 
+/// A sandbox as `PTC_BENCH_SANDBOXES` names it, and the OCI runtime after a colon (`docker:runsc`).
+fn kind_and_runtime(sandbox: &str) -> (&str, Option<&str>) {
+    sandbox.split_once(':').map_or((sandbox, None), |(kind, runtime)| (kind, Some(runtime)))
+}
+
+fn docker_image() -> String {
+    std::env::var("PTC_BENCH_DOCKER_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:local".to_string())
+}
+
 /// `execution` keys a sandbox needs here: for `docker`, the runner image ci/docker-setup.sh builds
-/// (`PTC_BENCH_DOCKER_IMAGE`, default `ptc-mcp-runner:local`).
+/// (`PTC_BENCH_DOCKER_IMAGE`, default `ptc-mcp-runner:local`), and the runtime if one is named.
 fn sandbox_keys(sandbox: &str) -> String {
-    match sandbox {
-        "docker" => format!(
-            "  docker:\n    image: {}\n",
-            std::env::var("PTC_BENCH_DOCKER_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:local".to_string())
-        ),
+    match kind_and_runtime(sandbox) {
+        ("docker", runtime) => {
+            let runtime = runtime.map(|runtime| format!("    runtime: {runtime}\n")).unwrap_or_default();
+            format!("  docker:\n    image: {}\n{runtime}", docker_image())
+        }
         _ => String::new(),
     }
 }
@@ -54,8 +64,8 @@ fn sandbox_keys(sandbox: &str) -> String {
 async fn start(sandbox: &str, execution: &str) -> (Server, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
-    let text =
-        format!("servers:\n{}execution:\n  sandbox: {sandbox}\n{}{execution}", mock_entry(), sandbox_keys(sandbox));
+    let kind = kind_and_runtime(sandbox).0;
+    let text = format!("servers:\n{}execution:\n  sandbox: {kind}\n{}{execution}", mock_entry(), sandbox_keys(sandbox));
     std::fs::write(&config, text).unwrap();
     let started = Instant::now();
     let mut command = Command::new(BINARY);
@@ -156,14 +166,18 @@ async fn bare_interpreter_start() -> Duration {
 }
 
 /// Median time of the Docker CLI running the same import in a throwaway container of the bench's image (no
-/// network, no logs): the floor of a run in the `docker` sandbox. `None` without the CLI.
-async fn bare_docker_run() -> Option<Duration> {
-    let image = std::env::var("PTC_BENCH_DOCKER_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:local".to_string());
+/// network, no logs), with `runtime` (else the engine's default): the floor of a run in the `docker` sandbox.
+/// `None` without the CLI.
+async fn bare_docker_run(runtime: Option<&str>) -> Option<Duration> {
+    let image = docker_image();
+    let runtime: Vec<&str> = runtime.map(|runtime| vec!["--runtime", runtime]).unwrap_or_default();
     let mut samples = Vec::new();
     for _ in 0..10 {
         let started = Instant::now();
         let status = Command::new("docker")
-            .args(["run", "--rm", "--network", "none", "--log-driver", "none", &image])
+            .args(["run", "--rm", "--network", "none", "--log-driver", "none"])
+            .args(&runtime)
+            .arg(&image)
             .args(["python3", "-I", "-S", "-c", "import asyncio, json; print(1)"])
             .output()
             .await
@@ -243,8 +257,17 @@ async fn eight_concurrent_programs(server: &Server) -> (Duration, Duration) {
     (first, percentile(&mut samples, 0.5))
 }
 
-/// Benchmarks one sandbox; returns its median `print(1)` run without a pool, for the comparison with `none`.
-async fn bench_backend(sandbox: &str) -> Option<Duration> {
+/// The figures of one sandbox that the comparisons after all sandboxes use.
+struct Figures {
+    /// Median `execute` of `print(1)`, with the default pool and without one.
+    print_pool_on: Duration,
+    print_pool_off: Duration,
+    /// Median time of one of 500 sequential tool calls from a program.
+    per_call: Duration,
+}
+
+/// Benchmarks one sandbox; returns the figures the comparisons between sandboxes use.
+async fn bench_backend(sandbox: &str) -> Option<Figures> {
     let (server, cold_start) = start(sandbox, "  timeout_seconds: 60\n  max_tool_calls: 1000\n").await;
     let probe = server.call("print(1)").await;
     if probe.is_error == Some(true) {
@@ -256,7 +279,7 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     println!("\n### sandbox: {sandbox}\n\n| measure | ptc-mcp | baseline | ratio |\n|---|---|---|---|");
 
     let floor = bare_interpreter_start().await;
-    let mut cold_p50 = Duration::ZERO;
+    let (mut pool_on_p50, mut pool_off_p50) = (Duration::ZERO, Duration::ZERO);
     // `server` has the default pool (2).
     let (without_pool, _) = start(sandbox, "  pool_size: 0\n").await;
     without_pool.execute("print(1)").await;
@@ -272,14 +295,16 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
         let p50 = percentile(&mut samples, 0.5);
         let p95 = percentile(&mut samples, 0.95);
         if cold {
-            cold_p50 = p50;
+            pool_off_p50 = p50;
+        } else {
+            pool_on_p50 = p50;
         }
         let baseline = format!("{} (bare interpreter start + asyncio import)", ms(floor));
         row(&format!("execute `print(1)` p50, {label}"), ms(p50), baseline, p50.as_secs_f64() / floor.as_secs_f64());
         row(&format!("execute `print(1)` p95, {label}"), ms(p95), ms(floor), p95.as_secs_f64() / floor.as_secs_f64());
-        if sandbox == "docker"
+        if let ("docker", runtime) = kind_and_runtime(sandbox)
             && cold
-            && let Some(docker_floor) = bare_docker_run().await
+            && let Some(docker_floor) = bare_docker_run(runtime).await
         {
             let baseline = format!("{} (`docker run --rm` of the image, same import)", ms(docker_floor));
             row("execute `print(1)` p50, pool off", ms(p50), baseline, p50.as_secs_f64() / docker_floor.as_secs_f64());
@@ -298,6 +323,7 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     }
     let per_call = |samples: &mut Vec<Duration>| percentile(samples, 0.5).as_secs_f64() / calls as f64;
     let (through, raw, sdk) = (per_call(&mut through), per_call(&mut raw), per_call(&mut sdk));
+    let per_call_through = Duration::from_secs_f64(through);
     let micros = |seconds: f64| format!("{:.0} µs", seconds * 1e6);
     row(
         &format!("{calls} sequential calls, per call"),
@@ -385,7 +411,7 @@ async fn bench_backend(sandbox: &str) -> Option<Duration> {
     );
     row("cold start to initialize answered", ms(cold_start), "-".into(), 1.0);
     structured_result_peak(sandbox).await;
-    Some(cold_p50)
+    Some(Figures { print_pool_on: pool_on_p50, print_pool_off: pool_off_p50, per_call: per_call_through })
 }
 
 /// The peak memory and CPU time of a fresh server through one structured result of 110,000 small rows, sent
@@ -623,19 +649,41 @@ async fn main() {
 /// Every sandbox of `PTC_BENCH_SANDBOXES` that runs here, then what each adds per run against `none`.
 async fn sandboxes() {
     let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
-    let mut medians = Vec::new();
+    let mut measured = Vec::new();
     for sandbox in sandboxes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        if let Some(p50) = bench_backend(sandbox).await {
-            medians.push((sandbox.to_string(), p50));
+        if let Some(figures) = bench_backend(sandbox).await {
+            measured.push((sandbox.to_string(), figures));
         }
     }
     // What a sandbox adds to every run (its cold start), against `none` measured in the same run.
-    if let Some((_, none)) = medians.iter().find(|(s, _)| s == "none").cloned() {
+    if let Some((_, none)) = measured.iter().find(|(s, _)| s == "none") {
+        let none = none.print_pool_off;
         println!(
             "\n### per-run start-up against none (pool off)\n\n| sandbox | execute `print(1)` p50 | none p50 | added per run |\n|---|---|---|---|"
         );
-        for (sandbox, p50) in medians.iter().filter(|(s, _)| s != "none") {
-            println!("| {sandbox} | {} | {} | {} |", ms(*p50), ms(none), ms(p50.saturating_sub(none)));
+        for (sandbox, figures) in measured.iter().filter(|(s, _)| s != "none") {
+            let p50 = figures.print_pool_off;
+            println!("| {sandbox} | {} | {} | {} |", ms(p50), ms(none), ms(p50.saturating_sub(none)));
+        }
+    }
+    // Each named docker runtime (e.g. gVisor's runsc) against the engine's default, measured in the same run.
+    if let Some((_, default)) = measured.iter().find(|(s, _)| s == "docker") {
+        let others: Vec<_> = measured.iter().filter(|(s, _)| s.starts_with("docker:")).collect();
+        if !others.is_empty() {
+            println!(
+                "\n### docker runtimes against the engine's default (docker)\n\n| sandbox | measure | it | docker | ratio |\n|---|---|---|---|---|"
+            );
+        }
+        for (sandbox, figures) in others {
+            let measures = [
+                ("execute `print(1)` p50, pool on", figures.print_pool_on, default.print_pool_on),
+                ("execute `print(1)` p50, pool off", figures.print_pool_off, default.print_pool_off),
+                ("per call (500 sequential)", figures.per_call, default.per_call),
+            ];
+            for (measure, it, default) in measures {
+                let ratio = it.as_secs_f64() / default.as_secs_f64().max(1e-9);
+                println!("| {sandbox} | {measure} | {} | {} | {ratio:.2}x |", ms(it), ms(default));
+            }
         }
     }
 }

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # A Docker engine and a runner image for the `docker` sandbox tests, on a machine that reaches no image
 # registry. Idempotent:
-#   1. installs Debian's docker.io if `dockerd` is missing;
-#   2. starts dockerd in the background (log: $PTC_DOCKERD_LOG, default /var/log/ptc-dockerd.log) if the
+#   1. installs Debian's docker.io if `dockerd` is missing, and runsc (gVisor) if it is missing;
+#   2. registers runsc as the engine's OCI runtime `runsc` (merged into /etc/docker/daemon.json, or
+#      $PTC_DOCKER_DAEMON_JSON; other keys kept), with `--network=none` as a runtime argument (runs have no
+#      network, and runsc's own network setup fails on machines without a bridge); a running engine reloads it
+#      on SIGHUP (it is never restarted: other runs may be using it);
+#   3. starts dockerd in the background (log: $PTC_DOCKERD_LOG, default /var/log/ptc-dockerd.log) if the
 #      engine does not answer, and waits for it; no bridge network and no iptables rules (runs use
 #      network none);
-#   3. builds the image ptc-mcp-runner:local (or $PTC_RUNNER_IMAGE) with `docker import` from this machine's
+#   4. builds the image ptc-mcp-runner:local (or $PTC_RUNNER_IMAGE) with `docker import` from this machine's
 #      own python3: the interpreter at its real path (plus a /usr/local/bin/python3 link), its standard
 #      library without site-packages, tests, tkinter, idle and the static library, the shared libraries it
 #      and its extension modules need (from ldd), the dynamic loader and /usr/share/zoneinfo. No /etc at all
@@ -23,17 +27,49 @@ log() { printf 'docker-setup: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # --- 1. the engine's packages ----------------------------------------------------------------
-if ! command -v dockerd >/dev/null 2>&1; then
-    log "installing docker.io"
+packages=()
+command -v dockerd >/dev/null 2>&1 || packages+=(docker.io)
+command -v runsc >/dev/null 2>&1 || packages+=(runsc)
+if ((${#packages[@]})); then
+    log "installing ${packages[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >&2
-    apt-get install -y -qq docker.io >&2
+    apt-get install -y -qq "${packages[@]}" >&2
 fi
 # Debian's client; another `docker` earlier on PATH may be too new for this engine's API.
 docker=/usr/bin/docker
 [[ -x $docker ]] || docker=$(command -v docker) || die "no docker client after installing docker.io"
 
-# --- 2. the engine ---------------------------------------------------------------------------
+# --- 2. runsc as an OCI runtime of the engine -------------------------------------------------
+daemon_json=${PTC_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
+runsc=$(command -v runsc) || die "no runsc after installing it"
+mkdir -p "$(dirname "$daemon_json")"
+# Prints "changed" when the file had to change.
+registered=$("$python" -I -S - "$daemon_json" "$runsc" <<'PY'
+import json, os, sys
+path, runsc = sys.argv[1], sys.argv[2]
+config = {}
+if os.path.exists(path):
+    with open(path) as f:
+        text = f.read()
+    config = json.loads(text) if text.strip() else {}
+wanted = {"path": runsc, "runtimeArgs": ["--network=none"]}
+if config.get("runtimes", {}).get("runsc") != wanted:
+    config.setdefault("runtimes", {})["runsc"] = wanted
+    with open(path + ".tmp", "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    print("changed")
+PY
+)
+if [[ $registered == changed ]]; then
+    log "registered runsc ($runsc) in $daemon_json"
+    # A running engine reads its runtimes again on SIGHUP; one started below reads the file anyway.
+    if pid=$(pidof dockerd); then kill -HUP $pid; fi
+fi
+
+# --- 3. the engine ---------------------------------------------------------------------------
 if ! "$docker" version >/dev/null 2>&1; then
     log "starting dockerd (log: $log_file)"
     mkdir -p "$(dirname "$log_file")"
@@ -46,8 +82,15 @@ if ! "$docker" version >/dev/null 2>&1; then
     "$docker" version >/dev/null 2>&1 || { tail -20 "$log_file" >&2; die "dockerd did not come up within 60 s"; }
 fi
 log "engine: $("$docker" version --format 'Docker {{.Server.Version}} (API {{.Server.APIVersion}})')"
+# A reload after SIGHUP is not instant.
+for _ in $(seq 1 40); do
+    [[ $("$docker" info --format '{{json .Runtimes}}') == *'"runsc"'* ]] && break
+    sleep 0.25
+done
+[[ $("$docker" info --format '{{json .Runtimes}}') == *'"runsc"'* ]] \
+    || die "the engine does not list the runsc runtime after reading $daemon_json (does dockerd use another file?)"
 
-# --- 3. the runner image -----------------------------------------------------------------------
+# --- 4. the runner image -----------------------------------------------------------------------
 command -v "$python" >/dev/null 2>&1 || die "$python not found (set PYTHON=...)"
 # The real interpreter, not a PATH shim (pyenv's are shell scripts).
 read -r executable stdlib platstdlib version < <("$python" -I -S -c \
@@ -135,4 +178,6 @@ size=$("$docker" image inspect --format '{{.Size}}' "$image")
 log "image $image: Python $version at $executable (also /usr/local/bin/python3), $((size / 1024 / 1024)) MiB"
 "$docker" run --rm --network none --read-only --user 65534:65534 "$image" /usr/local/bin/python3 -I -S -c \
     'import sys, ctypes, sqlite3, zoneinfo, ssl; print("docker-setup: python", sys.version.split()[0], "works in the image")' >&2
+"$docker" run --rm --runtime runsc --network none --read-only --user 65534:65534 "$image" /usr/local/bin/python3 -I -S -c \
+    'import os; print("docker-setup: python works in the image under runsc (kernel %s)" % os.uname().release)' >&2
 echo "$image"

@@ -32,6 +32,17 @@ struct Row {
 
 const ROWS: &[Row] = &[
     Row {
+        property: "kernel it talks to",
+        cells: [
+            "the host's, through the seccomp deny list",
+            "the host's, through the seccomp deny list",
+            "the host's, through Docker's seccomp profile and the same deny list; with `docker.runtime: runsc`, \
+             gVisor's user-space kernel, which alone (itself under seccomp) talks to the host's",
+            "the host's, through the seatbelt profile",
+            "**the host's, all of it**",
+        ],
+    },
+    Row {
         property: "runs as",
         cells: [
             "uid 1000 (`ptc`) in its namespaces; outside, the server's uid (a root server's: 65534)",
@@ -129,7 +140,7 @@ const ROWS: &[Row] = &[
             "`limits.tasks` (RLIMIT_NPROC in the run's user namespace; also `pids.max` where delegated)",
             "`limits.tasks` more than the user runs (RLIMIT_NPROC, shared with its processes); **root: not \
              bounded**",
-            "`docker.pids` (default `limits.tasks`)",
+            "`docker.pids` (default `limits.tasks`; under runsc, RLIMIT_NPROC in gVisor's kernel)",
             "**not bounded** (threads only)",
             "as degraded `landlock`, or `pids.max` where delegated",
         ],

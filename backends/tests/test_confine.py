@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import platform
+import resource
 import re
 import subprocess
 import sys
@@ -127,12 +128,20 @@ print(json.dumps(report))
 
 @unittest.skipUnless(SUPPORTED, "the filter is installed only on Linux x86_64/aarch64")
 class Installed(unittest.TestCase):
-    def run_confined(self, body):
+    def run_confined(self, body, preexec_fn=None):
         source = f"{SOURCE}\nconfine({json.dumps(LIMITS)})\ndel confine\n{body}"
         with tempfile.TemporaryDirectory() as home:
             env = {"HOME": home, "TMPDIR": home, "PATH": "/usr/bin:/bin", "HOSTNAME": "x", "USER": "ptc"}
             return subprocess.run([sys.executable, "-I", "-S", "-c", source], env=env, cwd=home,
-                                  capture_output=True, text=True, timeout=60)
+                                  capture_output=True, text=True, timeout=60, preexec_fn=preexec_fn)
+
+    def test_a_limit_the_runtime_already_holds_lower_is_kept_not_raised(self):
+        # gVisor's RLIMIT_SIGPENDING is 0, and it refuses to set it; lower than ours is tighter anyway.
+        def lower_nofile():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))
+        done = self.run_confined("import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))", lower_nofile)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.strip(), "(32, 32)")
 
     def test_what_the_filter_stops_and_what_keeps_working(self):
         done = self.run_confined(CHECKS)

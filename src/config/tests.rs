@@ -71,7 +71,10 @@ fn an_empty_document_gives_the_seed_defaults() {
         assert_eq!(e.pool_size, 2);
         assert!(!e.allow_degraded);
         assert_eq!(e.docker, DockerSettings::default());
-        assert_eq!((e.docker.image.as_str(), e.docker.host.as_deref()), ("python:3.12-slim", None));
+        assert_eq!(
+            (e.docker.image.as_str(), e.docker.host.as_deref(), e.docker.runtime.as_deref()),
+            ("python:3.12-slim", None, None)
+        );
         assert_eq!((e.docker.memory_mb(&e.limits), e.docker.scratch_mb(&e.limits)), (1024 + 256, 256));
         assert_eq!((e.precheck, e.max_attachments, e.max_attachment_bytes), (true, 4, 10 * 1024 * 1024));
     }
@@ -96,12 +99,13 @@ fn a_server_may_take_60_seconds_to_start_unless_configured_otherwise() {
 #[test]
 fn docker_keys_parse_and_override_the_limits_they_default_from() {
     let text = "execution:\n  sandbox: docker\n  docker:\n    image: ptc-mcp-runner:local\n    host: tcp://10.0.0.5:2375\n    \
-                memory_mb: 512\n    pids: 32\n    cpus: 1.5\n    scratch_mb: 64\n";
+                memory_mb: 512\n    pids: 32\n    cpus: 1.5\n    scratch_mb: 64\n    runtime: runsc\n";
     let e = parse(text).unwrap().execution;
     assert_eq!(e.sandbox, SandboxKind::Docker);
     let d = &e.docker;
     assert_eq!((d.image.as_str(), d.host.as_deref()), ("ptc-mcp-runner:local", Some("tcp://10.0.0.5:2375")));
     assert_eq!((d.memory_mb(&e.limits), d.pids(&e.limits), d.cpus, d.scratch_mb(&e.limits)), (512, 32, 1.5, 64));
+    assert_eq!(d.runtime.as_deref(), Some("runsc"));
 }
 
 #[test]
@@ -123,6 +127,7 @@ fn errors_name_the_key_and_what_is_expected() {
         ("execution:\n  docker:\n    cpus: 0\n", "execution.docker.cpus: must be between 0.01 and 1024"),
         ("execution:\n  docker:\n    pids: 1\n", "execution.docker.pids: must be at least 8"),
         ("execution:\n  docker:\n    memory_mb: 1\n", "execution.docker.memory_mb: must be at least 16"),
+        ("execution:\n  docker:\n    runtime: ' '\n", "execution.docker.runtime: must name an OCI runtime"),
         ("execution:\n  trace: full\n", "execution.trace: unknown variant `full`"),
         ("execution:\n  precheck: maybe\n", "execution.precheck: invalid type"),
         ("execution:\n  max_attachments: 0\n", "execution.max_attachments: must be at least 1"),

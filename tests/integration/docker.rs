@@ -146,3 +146,72 @@ async fn no_container_is_left_when_the_server_is_stopped_while_a_container_is_be
     tokio::time::sleep(Duration::from_millis(20)).await;
     stop_and_expect_no_container(ptc, run).await;
 }
+
+/// `ptc-mcp --check-sandbox docker` on `config_text`: whether it succeeded, and its first line (what is in
+/// force, or why the sandbox cannot run).
+async fn check_sandbox(config_text: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, config_text).unwrap();
+    let output = tokio::process::Command::new(binary())
+        .args(["--check-sandbox", "docker", "--config"])
+        .arg(&path)
+        .output()
+        .await;
+    let output = output.expect("ptc-mcp --check-sandbox runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    (output.status.success(), stdout.lines().next().unwrap_or_default().to_string())
+}
+
+#[apply(integration_test!)]
+async fn a_runtime_the_engine_does_not_have_is_refused_naming_the_ones_it_has_and_how_to_register_one() {
+    // The engine works with the suite's own config; only the runtime differs.
+    let Some(_working) = docker_ptc("  pool_size: 0\n").await else { return };
+    let config = format!(
+        "servers: []\nexecution:\n  sandbox: docker\n  docker:\n    image: {}\n    runtime: ptc-no-such-runtime\n",
+        docker_image()
+    );
+    let (usable, report) = check_sandbox(&config).await;
+    assert!(!usable, "{report}");
+    let refusal = "has no OCI runtime 'ptc-no-such-runtime' (execution.docker.runtime); it has ";
+    assert!(report.starts_with("docker: unavailable: the Docker engine at "), "{report}");
+    assert!(report.contains(refusal) && report.contains("runc"), "names the runtimes the engine has: {report}");
+    assert!(report.contains("register it under \"runtimes\" in the engine's daemon.json"), "{report}");
+    // A server with that config starts, and refuses programs with the same reason.
+    let ptc = Ptc::start(&config).await;
+    let text = ptc.execute("print('never runs')").await.expect_error();
+    assert!(text.contains("SandboxError") && text.contains(refusal), "{text}");
+}
+
+/// The runtime runs get here: the one the suite configures, else the engine's default.
+fn runtime_in_force() -> String {
+    docker_runtime().unwrap_or_else(|| {
+        let output = std::process::Command::new("docker")
+            .args(["info", "--format", "{{.DefaultRuntime}}"])
+            .output()
+            .expect("the docker CLI runs");
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    })
+}
+
+#[apply(integration_test!)]
+async fn the_check_names_the_runtime_in_force_and_under_gvisor_programs_see_its_kernel_not_the_hosts() {
+    let Some(ptc) = docker_ptc("  pool_size: 0\n").await else { return };
+    let runtime = runtime_in_force();
+    let gvisor = runtime == "runsc";
+    let (usable, report) = check_sandbox(&config(&[], "")).await;
+    assert!(usable, "{report}");
+    assert!(report.contains(&format!(" with runtime {runtime} (")), "{report}");
+    let user_space_kernel = "gVisor, a user-space kernel between the program and the host kernel";
+    assert_eq!(report.contains(user_space_kernel), gvisor, "{report}");
+    // The kernel a program asks is gVisor's own under runsc, the host's under runc (a local engine).
+    let run = ptc.execute("import os\nprint(os.uname().release)").await;
+    run.expect_ok();
+    let release = run.structured()["output"].as_str().unwrap().trim().to_string();
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string();
+    if gvisor {
+        assert_ne!(release, host, "under gVisor the program must not be served by the host kernel");
+    } else {
+        assert_eq!(release, host, "under {runtime} the program shares the host kernel");
+    }
+}

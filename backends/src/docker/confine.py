@@ -47,7 +47,13 @@ def confine(limits):
 
     for name, value in limits.items():
         try:
-            resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
+            which = getattr(resource, "RLIMIT_" + name)
+            # Only ever lowered: a runtime's own limit at or below ours stays as it is (gVisor's
+            # RLIMIT_SIGPENDING is 0, and it refuses to set that one at all).
+            hard = resource.getrlimit(which)[1]
+            if hard != resource.RLIM_INFINITY and hard <= value:
+                continue
+            resource.setrlimit(which, (value, value))
         except (AttributeError, ValueError, OSError) as e:
             fail(f"rlimit {name}: {e}")
 

@@ -1,10 +1,11 @@
 //! The `docker` backend: one fresh container per run through the Docker Engine API (bollard), local or
 //! remote. The container runs the image's `python3` with the same embedded runner over attached
 //! stdin/stdout; what the container spec holds is in [`spec`], what the interpreter adds to it in
-//! `confine.py`. The engine removes each container as soon as it exits (also when ptc-mcp dies: the runner
+//! `confine.py`, which OCI runtime runs it (e.g. gVisor's `runsc`) in [`runtime`]. The engine removes each container as soon as it exits (also when ptc-mcp dies: the runner
 //! exits when its stdin closes); ptc-mcp also force-removes it when a run ends, on drop, and removes its
 //! leftovers at shutdown and stale ones at start-up.
 
+pub mod runtime;
 pub mod spec;
 
 use std::collections::HashMap;
@@ -25,8 +26,9 @@ use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
+use runtime::{RuntimeInForce, UnknownRuntime};
 pub use spec::{DockerSettings, DockerSettingsError};
-use spec::{LABEL, container_body, runner_command};
+use spec::{LABEL, TaskBound, container_body, runner_command};
 
 use crate::python;
 use crate::tail::StderrTail;
@@ -54,13 +56,20 @@ pub struct DockerBackend {
     instance: String,
     /// Connected once; a failure is not kept, so an engine started later is found by the next probe.
     docker: OnceCell<Docker>,
-    /// The image's interpreter, found once by the probe (failures are not kept either).
-    image_python: OnceCell<ImagePython>,
+    /// The runtime and the image's interpreter, found once by the probe (failures are not kept either: a
+    /// runtime registered or an image pulled later is found by the next probe).
+    prepared: OnceCell<Prepared>,
     /// Containers being created and started. Each start runs to its end even when its caller gives up, so
     /// that shutdown can wait for them and then find every container this server made.
     starts: TaskTracker,
     /// Set at shutdown (under the lock, so no start slips in after shutdown's wait): no new containers.
     closing: Mutex<bool>,
+}
+
+/// What runs need to know before the first container: found by the probe.
+struct Prepared {
+    runtime: RuntimeInForce,
+    python: ImagePython,
 }
 
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -81,7 +90,7 @@ impl DockerBackend {
             settings,
             instance,
             docker: OnceCell::new(),
-            image_python: OnceCell::new(),
+            prepared: OnceCell::new(),
             starts: TaskTracker::new(),
             closing: Mutex::new(false),
         }
@@ -119,9 +128,23 @@ impl DockerBackend {
         SpawnError::Unavailable { kind: SandboxKind::Docker, reason: error.to_string() }
     }
 
-    /// Finds the image's `python3` by running the probe script in a container built like a run's.
-    async fn find_python(&self) -> Result<ImagePython, DockerError> {
+    /// The runtime runs get: `execution.docker.runtime` if the engine has it, else the engine's default.
+    async fn runtime(&self, docker: &Docker) -> Result<RuntimeInForce, DockerError> {
+        let info = docker.info().await.map_err(|source| DockerError::Info { engine: self.engine_name(), source })?;
+        runtime::resolve(self.settings.runtime.as_deref(), &info)
+            .map_err(|unknown| DockerError::UnknownRuntime { engine: self.engine_name(), unknown })
+    }
+
+    /// The runtime, then the image's `python3` (the probe's container needs that runtime).
+    async fn prepare(&self) -> Result<Prepared, DockerError> {
         let docker = self.docker().await?;
+        let runtime = self.runtime(docker).await?;
+        let python = self.find_python(docker, runtime.task_bound()).await?;
+        Ok(Prepared { runtime, python })
+    }
+
+    /// Finds the image's `python3` by running the probe script in a container built like a run's.
+    async fn find_python(&self, docker: &Docker, tasks: TaskBound) -> Result<ImagePython, DockerError> {
         let image = &self.settings.image;
         match docker.inspect_image(image).await {
             Ok(_) => {}
@@ -132,10 +155,10 @@ impl DockerBackend {
         }
         // Without /etc if the interpreter starts that way; an image whose interpreter needs it (its loader
         // reading /etc/ld.so.cache) keeps it and runs degraded.
-        let hidden = self.run_probe(docker, true).await;
+        let hidden = self.run_probe(docker, true, tasks).await;
         let (found, hide_etc) = match hidden {
             Ok(found) => (found, true),
-            Err(hidden_error) => match self.run_probe(docker, false).await {
+            Err(hidden_error) => match self.run_probe(docker, false, tasks).await {
                 Ok(found) => {
                     tracing::info!("python3 in image '{image}' needs /etc: {hidden_error}");
                     (found, false)
@@ -150,11 +173,13 @@ impl DockerBackend {
     }
 
     /// Runs the probe script, confined, in a container built like a run's.
-    async fn run_probe(&self, docker: &Docker, hide_etc: bool) -> Result<ImagePython, DockerError> {
+    async fn run_probe(&self, docker: &Docker, hide_etc: bool, tasks: TaskBound) -> Result<ImagePython, DockerError> {
         let image = &self.settings.image;
         let limits = Limits::default();
-        let command = spec::confined_command("python3", &limits, rlimits::cpu_seconds(PROBE_TIMEOUT), PROBE_SCRIPT);
-        let runner = self.start(docker, &limits, command, hide_etc).await.map_err(|e| match e {
+        let nproc = tasks.nproc(&self.settings, &limits);
+        let command =
+            spec::confined_command("python3", &limits, rlimits::cpu_seconds(PROBE_TIMEOUT), nproc, PROBE_SCRIPT);
+        let runner = self.start(docker, &limits, command, hide_etc, tasks).await.map_err(|e| match e {
             StartError::Start(e) if names_a_missing_command(&e) => DockerError::NoPython { image: image.clone() },
             other => DockerError::Start(other),
         })?;
@@ -172,8 +197,8 @@ impl DockerBackend {
         }
     }
 
-    async fn image_python(&self) -> Result<&ImagePython, DockerError> {
-        self.image_python.get_or_try_init(|| self.find_python()).await
+    async fn prepared(&self) -> Result<&Prepared, DockerError> {
+        self.prepared.get_or_try_init(|| self.prepare()).await
     }
 
     /// Creates, attaches and starts one container running `command`.
@@ -183,8 +208,9 @@ impl DockerBackend {
         limits: &Limits,
         command: Vec<String>,
         hide_etc: bool,
+        tasks: TaskBound,
     ) -> Result<RunnerProcess, StartError> {
-        let body = container_body(&self.settings, limits, command, &self.instance, hide_etc);
+        let body = container_body(&self.settings, limits, command, &self.instance, hide_etc, tasks);
         let task = {
             let closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
             if *closing {
@@ -242,6 +268,21 @@ enum DockerError {
          ptc-mcp-runner:local)"
     )]
     MissingImage { image: String, engine: String },
+    #[error("cannot ask the Docker engine at {engine} which runtimes it has: {source}")]
+    Info {
+        engine: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error(
+        "the Docker engine at {engine} has no OCI runtime '{wanted}' (execution.docker.runtime); it has {known}; \
+         register it under \"runtimes\" in the engine's daemon.json (gVisor: \"runsc\": {{\"path\": \"/usr/bin/runsc\", \
+         \"runtimeArgs\": [\"--network=none\"]}}) and send dockerd SIGHUP, or leave execution.docker.runtime out for \
+         the engine's default",
+        wanted = .unknown.wanted,
+        known = .unknown.known.join(", ")
+    )]
+    UnknownRuntime { engine: String, unknown: UnknownRuntime },
     #[error("cannot inspect image '{image}': {source}")]
     Inspect {
         image: String,
@@ -293,13 +334,14 @@ impl SandboxBackend for DockerBackend {
     }
 
     async fn probe(&self) -> Availability {
-        let python = match self.image_python().await {
-            Ok(python) => python,
+        let Prepared { runtime, python } = match self.prepared().await {
+            Ok(prepared) => prepared,
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
         let limits = Limits::default();
+        let runtime = runtime.describe();
         let detail = format!(
-            "one container per run from image '{}' on {} (python {} at {}, {}): no network, read-only root{}, \
+            "one container per run from image '{}' on {} with {runtime} (python {} at {}, {}): no network, read-only root{}, \
              {} MiB tmpfs scratch, no capabilities, no-new-privileges, uid {}, memory {} MiB, pids {}, cpus {}, \
              seccomp (no sockets, processes, exec, ptrace, namespaces) and rlimits; the runner is the container's \
              only process",
@@ -330,10 +372,11 @@ impl SandboxBackend for DockerBackend {
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
-        let python = self.image_python().await.map_err(Self::unavailable)?;
+        let Prepared { runtime, python } = self.prepared().await.map_err(Self::unavailable)?;
         let docker = self.docker().await.map_err(Self::unavailable)?;
-        let command = runner_command(&python.executable, request);
-        self.start(docker, &request.limits, command, python.hide_etc).await.map_err(|e| SpawnError::Start {
+        let tasks = runtime.task_bound();
+        let command = runner_command(&python.executable, request, tasks.nproc(&self.settings, &request.limits));
+        self.start(docker, &request.limits, command, python.hide_etc, tasks).await.map_err(|e| SpawnError::Start {
             program: format!("a container of {}", self.settings.image),
             source: std::io::Error::other(e),
         })
@@ -563,6 +606,17 @@ mod tests {
                 "image 'img:1' is not on the Docker engine at tcp://box:2375; pull it with `docker pull img:1` (no \
                  registry: build a runner image from this machine's Python with ci/docker-setup.sh and set \
                  execution.docker.image to ptc-mcp-runner:local)"
+                    .to_string(),
+            ),
+            (
+                DockerError::UnknownRuntime {
+                    engine: "tcp://box:2375".into(),
+                    unknown: UnknownRuntime { wanted: "gvisor".into(), known: vec!["runc".into(), "runsc".into()] },
+                },
+                "the Docker engine at tcp://box:2375 has no OCI runtime 'gvisor' (execution.docker.runtime); it has \
+                 runc, runsc; register it under \"runtimes\" in the engine's daemon.json (gVisor: \"runsc\": {\"path\": \
+                 \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\"]}) and send dockerd SIGHUP, or leave \
+                 execution.docker.runtime out for the engine's default"
                     .to_string(),
             ),
             (

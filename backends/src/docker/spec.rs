@@ -28,6 +28,9 @@ pub struct DockerSettings {
     pub cpus: f64,
     /// Size of the scratch tmpfs in MiB; default `limits.scratch_mb`.
     pub scratch_mb: Option<u64>,
+    /// The OCI runtime of run containers, by the name the engine registered it under (e.g. `runsc` for
+    /// gVisor); unset: the engine's default runtime.
+    pub runtime: Option<String>,
 }
 
 /// The default image: the official slim CPython image, pulled once with `docker pull`.
@@ -42,6 +45,7 @@ impl Default for DockerSettings {
             pids: None,
             cpus: 1.0,
             scratch_mb: None,
+            runtime: None,
         }
     }
 }
@@ -61,6 +65,8 @@ pub enum DockerSettingsError {
     Cpus(f64),
     #[error("scratch_mb: must be at least 1")]
     Scratch,
+    #[error("runtime: must name an OCI runtime the engine knows (e.g. runsc), or be left out for the engine's default")]
+    NoRuntime,
 }
 
 impl DockerSettings {
@@ -86,6 +92,9 @@ impl DockerSettings {
         if self.scratch_mb == Some(0) {
             return Err(DockerSettingsError::Scratch);
         }
+        if self.runtime.as_deref().is_some_and(|runtime| runtime.trim().is_empty()) {
+            return Err(DockerSettingsError::NoRuntime);
+        }
         Ok(())
     }
 
@@ -109,8 +118,9 @@ pub const USER: &str = "65534:65534";
 /// The user's name in the container's own user database and in `LOGNAME`/`USER` (for `getpass.getuser()`).
 const USER_NAME: &str = "ptc";
 /// With the image's /etc hidden, /etc is a tiny tmpfs of the container's own, where the prologue writes a user
-/// database for the runner's user; the files Docker adds there (its /etc/hostname, /etc/hosts and the host's
-/// /etc/resolv.conf) are masked.
+/// database for the runner's user; the files Docker adds there (its /etc/hostname, /etc/hosts and
+/// /etc/resolv.conf) are masked. runsc ignores masked paths: there they hold only the host name below, Docker's
+/// loopback-only hosts file and the fixed resolver settings of [`DNS`].
 const ETC: &str = "/etc";
 const DOCKER_ETC_FILES: &[&str] = &["/etc/hostname", "/etc/hosts", "/etc/resolv.conf"];
 /// Every runner container carries this label; its value is the server instance that made it.
@@ -132,37 +142,87 @@ const MASKED_PATHS: &[&str] = &[
     "/sys",
 ];
 
+/// Empty read-only tmpfs mounts: /sys (masked too, but runsc ignores masked paths) and /tmp (where runsc
+/// would otherwise mount a writable tmpfs of its own).
+const EMPTY: &[&str] = &["/sys", "/tmp"];
+const EMPTY_TMPFS: &str = "ro,nosuid,nodev,noexec,size=4k,mode=0555";
+/// What /etc/resolv.conf holds instead of the host's resolver settings (masked under runc, but runsc ignores
+/// masked paths): a loopback resolver, which network `none` leaves nothing behind, and no search domains.
+const DNS: &str = "127.0.0.1";
+const DNS_OPTIONS: &str = "ndots:1";
+
 /// The confinement prologue run by the interpreter before the runner (see its docstring).
 const CONFINE_SOURCE: &str = include_str!("confine.py");
 
-/// Source for `python -c`: the prologue, the call that confines the interpreter with the run's rlimits, then
-/// `body` (the runner, or the probe's script).
-fn confined_source(limits: &Limits, cpu_seconds: u64, body: &str) -> String {
+/// Host tasks a gVisor sandbox may have besides the program's own: its kernel's and file proxy's threads
+/// (about 40 on 2 cores; a pids limit of 32 keeps it from starting at all).
+pub const GVISOR_HOST_TASKS: u64 = 512;
+
+/// Where the tasks (processes and threads) of a run are counted and bounded at `docker.pids`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskBound {
+    /// The container's pids cgroup: each of the program's threads is a host task (runc and its kind).
+    Cgroup,
+    /// gVisor's kernel: the program's threads are its tasks, not the host's, so RLIMIT_NPROC bounds them
+    /// there (the runner's user has no other task in the sandbox, and the count is not shared with the host's
+    /// user of that uid as it would be under runc); the pids cgroup bounds the sandbox's own host threads,
+    /// with [`GVISOR_HOST_TASKS`] more room.
+    Gvisor,
+}
+
+impl TaskBound {
+    /// RLIMIT_NPROC for the prologue to set, if the runtime counts the program's tasks that way.
+    pub fn nproc(self, settings: &DockerSettings, limits: &Limits) -> Option<u64> {
+        (self == TaskBound::Gvisor).then(|| settings.pids(limits))
+    }
+
+    /// The container's pids limit.
+    fn pids_limit(self, settings: &DockerSettings, limits: &Limits) -> u64 {
+        match self {
+            TaskBound::Cgroup => settings.pids(limits),
+            TaskBound::Gvisor => settings.pids(limits).saturating_add(GVISOR_HOST_TASKS),
+        }
+    }
+}
+
+/// Source for `python -c`: the prologue, the call that confines the interpreter with the run's rlimits (and
+/// `nproc` as RLIMIT_NPROC), then `body` (the runner, or the probe's script).
+fn confined_source(limits: &Limits, cpu_seconds: u64, nproc: Option<u64>, body: &str) -> String {
     // The container's cgroup counts the memory it uses: no memory rlimits (they would count reservations).
-    let by_name: serde_json::Map<String, serde_json::Value> =
+    let mut by_name: serde_json::Map<String, serde_json::Value> =
         rlimits::named_for_run(limits, cpu_seconds, MemoryBound::Cgroup)
             .iter()
             .map(|&(name, _, value)| (name.to_string(), value.into()))
             .collect();
+    if let Some(nproc) = nproc {
+        by_name.insert("NPROC".to_string(), nproc.into());
+    }
     format!("{CONFINE_SOURCE}\nconfine({})\ndel confine\n{body}", serde_json::Value::Object(by_name))
 }
 
 /// The interpreter command line that runs `body` confined by the prologue.
-pub fn confined_command(python: &str, limits: &Limits, cpu_seconds: u64, body: &str) -> Vec<String> {
+pub fn confined_command(
+    python: &str,
+    limits: &Limits,
+    cpu_seconds: u64,
+    nproc: Option<u64>,
+    body: &str,
+) -> Vec<String> {
     let mut command = vec![python.to_string()];
-    command.extend(crate::python::isolated_args(&confined_source(limits, cpu_seconds, body)));
+    command.extend(crate::python::isolated_args(&confined_source(limits, cpu_seconds, nproc, body)));
     command
 }
 
 /// The interpreter command line of one run's runner.
-pub fn runner_command(python: &str, request: &SpawnRequest) -> Vec<String> {
-    confined_command(python, &request.limits, rlimits::cpu_seconds(request.timeout), RUNNER_SOURCE)
+pub fn runner_command(python: &str, request: &SpawnRequest, nproc: Option<u64>) -> Vec<String> {
+    confined_command(python, &request.limits, rlimits::cpu_seconds(request.timeout), nproc, RUNNER_SOURCE)
 }
 
 /// The container for one runner: `command` in a fresh container of the image, with stdin/stdout/stderr
 /// attached (no TTY), no network, a read-only root, a size-limited tmpfs as scratch and working directory,
 /// no capabilities, no-new-privileges, a non-root user, memory, pids and CPU limits, no IPC namespace
-/// shared or /dev/shm, /sys masked, no logs kept, and removed by the engine as soon as it exits. With
+/// shared or /dev/shm, /sys masked, /sys and /tmp empty and read-only, a resolv.conf of fixed text, no logs kept, the configured OCI runtime (else the engine's default),
+/// and removed by the engine as soon as it exits; `tasks` says what its pids limit bounds. With
 /// `hide_etc`, the image's /etc is hidden under a tiny tmpfs holding only the user database the prologue writes
 /// (and Docker's /etc files, masked): the probe finds out whether the image's interpreter starts without it
 /// (it may need /etc/ld.so.cache).
@@ -172,6 +232,7 @@ pub fn container_body(
     command: Vec<String>,
     instance: &str,
     hide_etc: bool,
+    tasks: TaskBound,
 ) -> ContainerCreateBody {
     const MIB: i64 = 1024 * 1024;
     let memory = i64::try_from(settings.memory_mb(limits)).unwrap_or(i64::MAX / MIB).saturating_mul(MIB);
@@ -179,6 +240,7 @@ pub fn container_body(
     let (uid, gid) = USER.split_once(':').expect("USER is uid:gid");
     let scratch = format!("rw,nosuid,nodev,noexec,size={}m,uid={uid},gid={gid},mode=0700", settings.scratch_mb(limits));
     let mut tmpfs = HashMap::from([(SCRATCH.to_string(), scratch)]);
+    tmpfs.extend(EMPTY.iter().map(|path| (path.to_string(), EMPTY_TMPFS.to_string())));
     let mut masked: Vec<String> = MASKED_PATHS.iter().map(|p| p.to_string()).collect();
     if hide_etc {
         tmpfs.insert(ETC.to_string(), format!("rw,nosuid,nodev,noexec,size=64k,uid={uid},gid={gid},mode=0755"));
@@ -208,6 +270,10 @@ pub fn container_body(
         network_disabled: Some(true),
         host_config: Some(HostConfig {
             network_mode: Some("none".to_string()),
+            dns: Some(vec![DNS.to_string()]),
+            // ".": no search domains (the host's otherwise).
+            dns_search: Some(vec![".".to_string()]),
+            dns_options: Some(vec![DNS_OPTIONS.to_string()]),
             readonly_rootfs: Some(true),
             tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".to_string()]),
@@ -216,12 +282,13 @@ pub fn container_body(
             masked_paths: Some(masked),
             memory: Some(memory),
             memory_swap: Some(memory),
-            pids_limit: Some(i64::try_from(settings.pids(limits)).unwrap_or(i64::MAX)),
+            pids_limit: Some(i64::try_from(tasks.pids_limit(settings, limits)).unwrap_or(i64::MAX)),
             nano_cpus: Some((settings.cpus * 1e9).round() as i64),
             auto_remove: Some(true),
             init: Some(false),
             privileged: Some(false),
             log_config: Some(HostConfigLogConfig { typ: Some("none".to_string()), config: None }),
+            runtime: settings.runtime.clone(),
             ..Default::default()
         }),
         ..Default::default()
@@ -241,7 +308,8 @@ mod tests {
     #[test]
     fn the_container_is_locked_down() {
         let settings = DockerSettings::default();
-        let body = container_body(&settings, &Limits::default(), vec!["python3".into()], "inst-1", true);
+        let body =
+            container_body(&settings, &Limits::default(), vec!["python3".into()], "inst-1", true, TaskBound::Cgroup);
         let host = body.host_config.clone().unwrap();
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(body.network_disabled, Some(true));
@@ -253,9 +321,18 @@ mod tests {
         let masked = host.masked_paths.unwrap();
         assert!(masked.contains(&"/sys".to_string()) && masked.contains(&"/etc/resolv.conf".to_string()));
         assert!(masked.contains(&"/proc/kcore".to_string()), "Docker's own list is kept");
+        for empty in ["/sys", "/tmp"] {
+            assert_eq!(host.tmpfs.as_ref().unwrap()[empty], "ro,nosuid,nodev,noexec,size=4k,mode=0555", "{empty}");
+        }
+        assert_eq!(
+            (host.dns.clone(), host.dns_search.clone(), host.dns_options.clone()),
+            (Some(vec!["127.0.0.1".into()]), Some(vec![".".into()]), Some(vec!["ndots:1".into()])),
+            "nothing of the host's resolver settings"
+        );
         let etc = &host.tmpfs.as_ref().unwrap()["/etc"];
         assert_eq!(etc, "rw,nosuid,nodev,noexec,size=64k,uid=65534,gid=65534,mode=0755", "the image's /etc hidden");
-        let shown = container_body(&settings, &Limits::default(), vec![], "i", false).host_config.unwrap();
+        let shown =
+            container_body(&settings, &Limits::default(), vec![], "i", false, TaskBound::Cgroup).host_config.unwrap();
         assert!(!shown.tmpfs.unwrap().contains_key("/etc"));
         assert!(!shown.masked_paths.unwrap().contains(&"/etc/resolv.conf".to_string()));
         assert_eq!(body.user.as_deref(), Some(USER));
@@ -273,7 +350,7 @@ mod tests {
 
     #[test]
     fn stdio_is_attached_without_a_tty_and_the_engine_removes_the_container() {
-        let body = container_body(&DockerSettings::default(), &Limits::default(), vec![], "i", true);
+        let body = container_body(&DockerSettings::default(), &Limits::default(), vec![], "i", true, TaskBound::Cgroup);
         assert_eq!(
             (body.attach_stdin, body.attach_stdout, body.attach_stderr, body.open_stdin, body.stdin_once, body.tty),
             (Some(true), Some(true), Some(true), Some(true), Some(true), Some(false))
@@ -287,13 +364,14 @@ mod tests {
     #[test]
     fn limits_default_from_execution_limits() {
         let limits = Limits { memory_mb: 512, scratch_mb: 100, ..Limits::default() };
-        let body = container_body(&DockerSettings::default(), &limits, vec![], "i", true);
+        let body = container_body(&DockerSettings::default(), &limits, vec![], "i", true, TaskBound::Cgroup);
         let host = body.host_config.unwrap();
         assert_eq!(host.memory, Some(612 * 1024 * 1024), "memory holds the scratch tmpfs too");
         assert_eq!(host.memory_swap, host.memory, "no swap");
         assert_eq!(host.pids_limit, Some(64));
         assert_eq!(host.nano_cpus, Some(1_000_000_000));
         assert_eq!(host.tmpfs.unwrap()[SCRATCH], "rw,nosuid,nodev,noexec,size=100m,uid=65534,gid=65534,mode=0700");
+        assert_eq!(host.runtime, None, "the engine's default runtime");
     }
 
     #[test]
@@ -303,9 +381,12 @@ mod tests {
             pids: Some(16),
             cpus: 0.5,
             scratch_mb: Some(8),
+            runtime: Some("runsc".into()),
             ..Default::default()
         };
-        let host = container_body(&settings, &Limits::default(), vec![], "i", true).host_config.unwrap();
+        let host =
+            container_body(&settings, &Limits::default(), vec![], "i", true, TaskBound::Cgroup).host_config.unwrap();
+        assert_eq!(host.runtime.as_deref(), Some("runsc"));
         assert_eq!(host.memory, Some(300 * 1024 * 1024));
         assert_eq!(host.pids_limit, Some(16));
         assert_eq!(host.nano_cpus, Some(500_000_000));
@@ -314,7 +395,7 @@ mod tests {
 
     #[test]
     fn the_runner_starts_confined_with_the_runs_rlimits() {
-        let command = runner_command("/usr/local/bin/python3", &request());
+        let command = runner_command("/usr/local/bin/python3", &request(), None);
         assert_eq!(&command[..4], ["/usr/local/bin/python3", "-I", "-S", "-c"]);
         let source = &command[4];
         assert!(source.starts_with(CONFINE_SOURCE));
@@ -328,6 +409,20 @@ mod tests {
             expected["SIGPENDING"] = rlimits::PENDING_SIGNALS.into();
         }
         assert_eq!(limits, expected);
+    }
+
+    #[test]
+    fn under_gvisor_the_programs_tasks_are_bounded_by_its_kernel_and_the_cgroup_leaves_room_for_its_own() {
+        let settings = DockerSettings { pids: Some(32), ..Default::default() };
+        let limits = Limits::default();
+        assert_eq!(TaskBound::Cgroup.nproc(&settings, &limits), None, "under runc the count is the host user's");
+        assert_eq!(TaskBound::Gvisor.nproc(&settings, &limits), Some(32));
+        let pids_limit =
+            |tasks| container_body(&settings, &limits, vec![], "i", true, tasks).host_config.unwrap().pids_limit;
+        assert_eq!(pids_limit(TaskBound::Cgroup), Some(32));
+        assert_eq!(pids_limit(TaskBound::Gvisor), Some(32 + 512));
+        let command = runner_command("python3", &request(), Some(32));
+        assert!(command[4].contains("\nconfine({") && command[4].contains("\"NPROC\":32"), "{}", command[4]);
     }
 
     #[test]
@@ -350,6 +445,11 @@ mod tests {
             (DockerSettings { cpus: 0.0, ..Default::default() }, "cpus: must be between 0.01 and 1024, got 0"),
             (DockerSettings { cpus: f64::NAN, ..Default::default() }, "cpus: must be between 0.01 and 1024, got NaN"),
             (DockerSettings { scratch_mb: Some(0), ..Default::default() }, "scratch_mb: must be at least 1"),
+            (
+                DockerSettings { runtime: Some(String::new()), ..Default::default() },
+                "runtime: must name an OCI runtime the engine knows (e.g. runsc), or be left out for the engine's \
+                 default",
+            ),
         ];
         for (settings, message) in cases {
             assert_eq!(settings.validate().map_err(|e| e.to_string()), Err(message.to_string()));

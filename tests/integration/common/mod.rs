@@ -43,11 +43,15 @@ pub fn config(servers: &[String], execution: &str) -> String {
 }
 
 /// `execution` keys the sandbox under test needs here: for `docker`, the runner image that
-/// ci/docker-setup.sh builds (`PTC_TEST_DOCKER_IMAGE`, default `ptc-mcp-runner:local`); for `landlock` with
+/// ci/docker-setup.sh builds (`PTC_TEST_DOCKER_IMAGE`, default `ptc-mcp-runner:local`) and the OCI runtime
+/// `PTC_TEST_DOCKER_RUNTIME` names (e.g. `runsc`; unset: the engine's default); for `landlock` with
 /// `PTC_TEST_LANDLOCK_MODE=degraded`, the opt-in to run degraded.
 pub fn sandbox_keys() -> String {
     match sandbox_under_test().as_str() {
-        "docker" => format!("  docker:\n    image: {}\n", docker_image()),
+        "docker" => {
+            let runtime = docker_runtime().map(|runtime| format!("    runtime: {runtime}\n")).unwrap_or_default();
+            format!("  docker:\n    image: {}\n{runtime}", docker_image())
+        }
         "landlock" if std::env::var("PTC_TEST_LANDLOCK_MODE").as_deref() == Ok("degraded") => {
             "  allow_degraded: true\n".to_string()
         }
@@ -57,6 +61,16 @@ pub fn sandbox_keys() -> String {
 
 pub fn docker_image() -> String {
     std::env::var("PTC_TEST_DOCKER_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:local".to_string())
+}
+
+/// The OCI runtime the docker sandbox's containers run with: `PTC_TEST_DOCKER_RUNTIME`, else the engine's default.
+pub fn docker_runtime() -> Option<String> {
+    std::env::var("PTC_TEST_DOCKER_RUNTIME").ok().filter(|runtime| !runtime.is_empty())
+}
+
+/// Whether programs run under gVisor: the docker sandbox with the runtime `runsc`.
+pub fn under_gvisor() -> bool {
+    sandbox_under_test() == "docker" && docker_runtime().as_deref() == Some("runsc")
 }
 
 /// The sandbox the suite runs programs in: `PTC_TEST_SANDBOX`, default `none`.
