@@ -477,7 +477,7 @@ def etc_is_ours(name):
     if name in {'passwd', 'group'}:
         ours = str(os.getuid() if name == 'passwd' else os.getgid())
         return all(line.split(':')[2] == ours for line in open(path).read().splitlines())
-    if DOCKER_OWN.get(path) == open(path, 'rb').read():
+    if path in DOCKER_OWN and DOCKER_OWN[path] == open(path, 'rb').read():
         return True
     st = os.stat(path)
     return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)  # masked: /dev/null
