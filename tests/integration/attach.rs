@@ -24,25 +24,6 @@ fn resources(run: &Run) -> Vec<ResourceContents> {
         .collect()
 }
 
-/// What each block is: `text`, `image`, `audio`, or a resource's URI and whether it is `text` or `blob`.
-fn kinds(run: &Run) -> Vec<String> {
-    run.0
-        .content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Text(_) => "text".to_string(),
-            ContentBlock::Image(_) => "image".to_string(),
-            ContentBlock::Audio(_) => "audio".to_string(),
-            ContentBlock::Resource(embedded) => match &embedded.resource {
-                ResourceContents::TextResourceContents { uri, .. } => format!("text {uri}"),
-                ResourceContents::BlobResourceContents { uri, .. } => format!("blob {uri}"),
-                _ => "other resource".to_string(),
-            },
-            _ => "other".to_string(),
-        })
-        .collect()
-}
-
 async fn ptc(execution: &str) -> Option<Ptc> {
     let ptc = Ptc::start(&config(&[mock_server("mock", &["--media"])], execution)).await;
     require_backend(&ptc).await.map(|()| ptc)
@@ -121,7 +102,7 @@ async fn show_and_attach_share_the_bounds_and_attach_says_what_was_left_out() {
                 for name in ['a.csv', 'big.csv', 'blob.bin', 'b.csv', 'c.csv']:\n    attach(name)";
     let run = ptc.execute(code).await;
     run.expect_ok();
-    assert_eq!(kinds(&run), ["text", "image", "audio", "text ptc-mcp://attachments/b.csv"]);
+    assert_eq!(run.kinds(), ["text", "image image/png 40", "audio audio/wav 40", "text ptc-mcp://attachments/b.csv"]);
     assert_eq!(
         run.structured()["output"],
         json!(
@@ -149,7 +130,7 @@ async fn paths_outside_the_working_directory_directories_and_fifos_are_refused_a
                 print(time.monotonic() - start < 5)";
     let run = ptc.execute(code).await;
     run.expect_ok();
-    assert_eq!(kinds(&run), ["text"]);
+    assert_eq!(run.kinds(), ["text"]);
     let outside = "is outside the working directory (CWD): only its files (symlinks followed) can be attached";
     assert_eq!(
         run.structured()["output"],
@@ -183,7 +164,7 @@ import time
 time.sleep(0.5)"#;
     let run = ptc.execute(code).await;
     run.expect_ok();
-    assert_eq!(kinds(&run), ["text", "text ptc-mcp://attachments/f0.txt", "text ptc-mcp://attachments/f1.txt"]);
+    assert_eq!(run.kinds(), ["text", "text ptc-mcp://attachments/f0.txt", "text ptc-mcp://attachments/f1.txt"]);
 }
 
 #[apply(integration_test!)]
@@ -206,17 +187,10 @@ print("sent")"#;
     let grew_mib = (peak_rss_kib(server) - before) / 1024;
     eprintln!("the server's peak RSS grew by {grew_mib} MiB reading a 100 MB line in {:?}", started.elapsed());
     let text = run.expect_error();
-    // Under gVisor a write this large to the channel may be cut short (the program does not resume it), so the
-    // server may first read a line broken off mid-way: corrupted all the same, for another reason.
-    let corrupted = if under_gvisor() {
-        "the program corrupted its channel to the server ("
-    } else {
-        "the program corrupted its channel to the server (a message of "
-    };
-    assert!(text.contains(corrupted), "{text}");
+    assert_corrupted_channel(&text, "a message of ");
     assert!(grew_mib < 64, "the server's peak RSS grew by {grew_mib} MiB");
     assert!(started.elapsed() < Duration::from_secs(60));
-    assert_eq!(kinds(&ptc.execute("print('still usable')").await), ["text"]);
+    assert_eq!(ptc.execute("print('still usable')").await.kinds(), ["text"]);
 }
 
 #[apply(integration_test!)]

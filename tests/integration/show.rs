@@ -15,24 +15,11 @@ fn blob(size: usize) -> String {
     "A".repeat(size / 4 * 4)
 }
 
-fn kinds(run: &Run) -> Vec<String> {
-    run.0
-        .content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Text(_) => "text".to_string(),
-            ContentBlock::Image(image) => format!("image {} {}", image.mime_type, image.data.len()),
-            ContentBlock::Audio(audio) => format!("audio {} {}", audio.mime_type, audio.data.len()),
-            _ => "other".to_string(),
-        })
-        .collect()
-}
-
 #[apply(integration_test!)]
 async fn without_show_the_result_is_text_only_and_placeholders_keep_their_words() {
     let ptc = ptc_with_media("").await;
     let run = ptc.execute("r = await mcp__mock__media(n=1)\nprint(r)").await;
-    assert_eq!(kinds(&run), ["text"]);
+    assert_eq!(run.kinds(), ["text"]);
     assert_eq!(
         without_call_time(&run.expect_ok()),
         "[Script executed successfully]\n{'result': 'media #1', '_notes': ['[non-text content omitted: image \
@@ -45,7 +32,7 @@ async fn show_attaches_a_results_images_and_audio_after_the_text() {
     let ptc = ptc_with_media("").await;
     let run = ptc.execute("r = await mcp__mock__media(n=1, size=8)\nshow(r)\nprint('shown')").await;
     run.expect_ok();
-    assert_eq!(kinds(&run), ["text", "image image/png 8", "audio audio/wav 8"]);
+    assert_eq!(run.kinds(), ["text", "image image/png 8", "audio audio/wav 8"]);
     let ContentBlock::Image(image) = &run.0.content[1] else { unreachable!() };
     assert_eq!(image.data, blob(8));
     assert_eq!(run.structured()["output"], json!("shown\n"));
@@ -58,7 +45,7 @@ async fn a_placeholder_shows_only_its_own_block_and_a_failed_run_keeps_what_was_
                 show(a['_notes'][0])\nraise RuntimeError('after showing')";
     let run = ptc.execute(code).await;
     assert!(run.expect_error().contains("RuntimeError: after showing"));
-    assert_eq!(kinds(&run), ["text", "audio audio/wav 12", "image image/png 8"]);
+    assert_eq!(run.kinds(), ["text", "audio audio/wav 12", "image image/png 8"]);
 }
 
 #[apply(integration_test!)]
@@ -67,7 +54,7 @@ async fn the_count_and_the_size_are_bounded_and_show_says_what_was_left_out() {
     let code = "r = await mcp__mock__media(size=40)\nshow(r)\nbig = await mcp__mock__media(size=400)\nshow(big)";
     let run = ptc.execute(code).await;
     run.expect_ok();
-    assert_eq!(kinds(&run), ["text", "image image/png 40"]);
+    assert_eq!(run.kinds(), ["text", "image image/png 40"]);
     assert_eq!(
         run.structured()["output"],
         json!(

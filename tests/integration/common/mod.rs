@@ -9,7 +9,7 @@ use std::time::Duration;
 
 pub use macro_rules_attribute::apply;
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
 use rmcp::service::{RoleClient, RunningService};
 use serde_json::{Map, Value, json};
 use tempfile::TempDir;
@@ -71,6 +71,15 @@ pub fn docker_runtime() -> Option<String> {
 /// Whether programs run under gVisor: the docker sandbox with the runtime `runsc`.
 pub fn under_gvisor() -> bool {
     sandbox_under_test() == "docker" && docker_runtime().as_deref() == Some("runsc")
+}
+
+/// Asserts that a run ended because its program corrupted the channel, for `reason` (e.g. "a message of ").
+/// Under gVisor a huge write to the channel may be cut short (the program does not resume it), so the server
+/// may first read a line broken off mid-way: corrupted all the same, for another reason.
+pub fn assert_corrupted_channel(text: &str, reason: &str) {
+    let corrupted = "the program corrupted its channel to the server (";
+    let expected = if under_gvisor() { corrupted.to_string() } else { format!("{corrupted}{reason}") };
+    assert!(text.contains(&expected), "{text}");
 }
 
 /// The sandbox the suite runs programs in: `PTC_TEST_SANDBOX`, default `none`.
@@ -237,6 +246,26 @@ impl Run {
 
     pub fn structured(&self) -> Value {
         self.0.structured_content.clone().expect("execute_program always returns structured content")
+    }
+
+    /// What each content block is: `text`, `image MIME LEN`, `audio MIME LEN` (LEN: base64 characters), or an
+    /// embedded resource's kind (`text` or `blob`) and URI.
+    pub fn kinds(&self) -> Vec<String> {
+        self.0
+            .content
+            .iter()
+            .map(|block| match block {
+                ContentBlock::Text(_) => "text".to_string(),
+                ContentBlock::Image(image) => format!("image {} {}", image.mime_type, image.data.len()),
+                ContentBlock::Audio(audio) => format!("audio {} {}", audio.mime_type, audio.data.len()),
+                ContentBlock::Resource(embedded) => match &embedded.resource {
+                    ResourceContents::TextResourceContents { uri, .. } => format!("text {uri}"),
+                    ResourceContents::BlobResourceContents { uri, .. } => format!("blob {uri}"),
+                    _ => "other resource".to_string(),
+                },
+                _ => "other".to_string(),
+            })
+            .collect()
     }
 
     /// Asserts the run succeeded and returns its text.
