@@ -66,6 +66,27 @@ pub struct RunOptions {
     /// The caller has already waited for the servers the program needs: the run does not wait for those
     /// still making their first connection.
     pub servers_awaited: bool,
+    /// A time limit other than `execution.timeout_seconds` (a task's): the run gets a runner of its own,
+    /// started with that limit (its CPU-time limit follows it), never one from the pool.
+    pub time_limit: Option<TimeLimit>,
+}
+
+/// A run's time limit, and the config key that sets it (messages name it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeLimit {
+    pub seconds: f64,
+    pub key: &'static str,
+}
+
+impl TimeLimit {
+    /// `execution.timeout_seconds`, the limit of every run but a task's.
+    pub fn of_runs(settings: &ExecutionConfig) -> Self {
+        TimeLimit { seconds: settings.timeout_seconds, key: "execution.timeout_seconds" }
+    }
+
+    pub fn duration(self) -> Duration {
+        Duration::from_secs_f64(self.seconds)
+    }
 }
 
 /// How far a run is: tool calls finished so far (never decreasing), the last one's tool, and what the program
@@ -213,9 +234,13 @@ impl Engine {
     /// server's shutdown.
     async fn run(&self, code: &str, caller: Caller, options: RunOptions) -> RunReport {
         let Caller { cancel, progress, approver, .. } = caller;
-        let RunOptions { printed, servers_awaited } = options;
+        let RunOptions { printed, servers_awaited, time_limit } = options;
+        let pooled = TimeLimit::of_runs(&self.settings);
+        let limit = time_limit.unwrap_or(pooled);
+        // A runner from the pool has the pool's CPU-time limit: a longer run needs one of its own.
+        let own_runner = (limit != pooled).then(|| limit.duration());
         let allowance = self.confirm.as_ref().map_or(Duration::ZERO, |policy| policy.timeout);
-        let expiry = Expiry::new(self.settings.timeout(), allowance, cancel, self.stopping.clone());
+        let expiry = Expiry::new(limit.duration(), allowance, cancel, self.stopping.clone());
         let _slot = match &self.gate {
             Some(gate) => match gate.enter(&expiry).await {
                 Ok(slot) => Some(slot),
@@ -228,10 +253,9 @@ impl Engine {
         // On a task of its own, so that the expiry is watched even while a backend's start holds its thread;
         // dropped (its runner killed) when the run ends first.
         let first_connections = !servers_awaited;
-        let preparation =
-            AbortOnDropHandle::new(tokio::spawn(
-                async move { sandbox.prepare(&registry, first_connections, phase).await },
-            ));
+        let preparation = AbortOnDropHandle::new(tokio::spawn(async move {
+            sandbox.prepare(&registry, first_connections, own_runner, phase).await
+        }));
         let Prepared { runner, lease: _lease } = match expiry.race(preparation).await {
             Ok(Ok(Ok(prepared))) => prepared,
             Ok(Ok(Err(unprepared))) => {
@@ -240,15 +264,16 @@ impl Engine {
             Ok(Err(failed)) => match failed.try_into_panic() {
                 Ok(panic) => std::panic::resume_unwind(panic),
                 // Only the runtime's own shutdown cancels it.
-                Err(_) => return self.not_started(Expired::Stopped, *preparing.borrow()),
+                Err(_) => return self.not_started(Expired::Stopped, limit, *preparing.borrow()),
             },
-            Err(expired) => return self.not_started(expired, *preparing.borrow()),
+            Err(expired) => return self.not_started(expired, limit, *preparing.borrow()),
         };
         let context = run::RunContext {
             registry: &self.registry,
             settings: &self.settings,
             code,
             expiry,
+            limit,
             progress,
             printed,
             approval: self.confirm.clone().map(|policy| approval::Approval { policy, approver }),
@@ -258,12 +283,9 @@ impl Engine {
     }
 
     /// The report of a run that ended before its program started, while `phase` was under way.
-    fn not_started(&self, expired: Expired, phase: Preparing) -> RunReport {
+    fn not_started(&self, expired: Expired, limit: TimeLimit, phase: Preparing) -> RunReport {
         match expired {
-            Expired::Timeout => RunReport::failed(
-                Outcome::Timeout,
-                report::timed_out_before_start(self.settings.timeout_seconds, phase),
-            ),
+            Expired::Timeout => RunReport::failed(Outcome::Timeout, report::timed_out_before_start(limit, phase)),
             Expired::Cancelled => RunReport::failed(
                 Outcome::Cancelled,
                 "ExecutionError: the client cancelled the run before the program started".into(),

@@ -253,6 +253,13 @@ impl RunnerPool {
         }
     }
 
+    /// A runner started now for one run whose time limit is `timeout` rather than the pool's (the limit its
+    /// CPU time gets), as long as the caller waits.
+    pub async fn start_own(&self, timeout: Duration) -> Result<ReadyRunner, StartError> {
+        let request = SpawnRequest { timeout, ..self.request.clone() };
+        start_ready(self.backend.as_ref(), &request).await
+    }
+
     /// Starts runners in the background until as many as demand asks for are ready or starting, or lets
     /// go of those past it once a burst is forgotten.
     pub fn refill(self: &Arc<Self>) {

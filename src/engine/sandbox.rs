@@ -113,10 +113,12 @@ impl Sandbox {
 
     /// Prepares a run, saying in `phase` what it waits for; as long as the caller waits. With
     /// `first_connections`, it also waits for servers making their first connection (see [`FIRST_CONNECT_WAIT`]).
+    /// With `own_runner`, the run gets a runner started for it with that time limit, not one from the pool.
     pub async fn prepare(
         &self,
         registry: &Registry,
         first_connections: bool,
+        own_runner: Option<Duration>,
         phase: watch::Sender<Preparing>,
     ) -> Result<Prepared, Unprepared> {
         if let Availability::Unavailable { reason } = self.availability().await {
@@ -126,7 +128,10 @@ impl Sandbox {
         let lease = self.pool.lease();
         phase.send_replace(Preparing::Runner);
         let runner = async {
-            let runner = self.pool.take().await;
+            let runner = match own_runner {
+                Some(timeout) => self.pool.start_own(timeout).await,
+                None => self.pool.take().await,
+            };
             phase.send_replace(Preparing::Servers);
             runner
         };
