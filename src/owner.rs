@@ -21,6 +21,12 @@ impl Owner {
         }
     }
 
+    /// An owner by name, for tests.
+    #[cfg(test)]
+    pub fn named(name: &str) -> Owner {
+        Owner(name.to_string())
+    }
+
     /// The owner of an HTTP request with this `Authorization` value (none: every such request is one
     /// client, which only a server without a token on loopback admits).
     fn over_http(authorization: Option<&[u8]>) -> Owner {

@@ -348,3 +348,102 @@ impl Approver for AskThroughTask {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tasks(max_per_client: usize) -> Tasks {
+        Tasks {
+            entries: Arc::default(),
+            max_per_client,
+            ttl: Duration::from_secs(60),
+            limit: TimeLimit { seconds: 10.0, key: "execution.task_timeout_seconds" },
+            allowance: Duration::ZERO,
+        }
+    }
+
+    fn entry(owner: &str) -> Arc<Entry> {
+        let (_, progress) = watch::channel(RunProgress::default());
+        Arc::new(Entry {
+            owner: Owner::named(owner),
+            created_at: SystemTime::now(),
+            created: Instant::now(),
+            cancel: CancellationToken::new(),
+            progress,
+            output: Mutex::default(),
+            state: Mutex::default(),
+        })
+    }
+
+    fn finish(entry: &Entry) {
+        lock(&entry.state).done = Some(Done { result: JsonObject::new(), cancelled: None, after: Duration::ZERO });
+    }
+
+    fn status(tasks: &Tasks, id: &str) -> TaskStatus {
+        tasks.get(&Owner::named("alice"), id).unwrap().task.status()
+    }
+
+    #[test]
+    fn a_task_is_found_by_its_owner_only_and_another_client_is_told_what_it_would_be_for_none() {
+        let tasks = tasks(4);
+        tasks.admit("t1", &entry("alice")).unwrap();
+        assert!(tasks.get(&Owner::named("alice"), "t1").is_ok());
+        let theirs = tasks.get(&Owner::named("bob"), "t1").unwrap_err().to_string();
+        let none = tasks.get(&Owner::named("bob"), "t2").unwrap_err().to_string();
+        assert_eq!(theirs.replace("t1", "t2"), none);
+        assert!(tasks.cancel(&Owner::named("bob"), "t1").is_err());
+        assert!(!lock(&tasks.entries)["t1"].cancel.is_cancelled());
+    }
+
+    #[test]
+    fn a_client_at_its_bound_makes_room_from_its_oldest_finished_task_or_is_refused() {
+        let tasks = tasks(2);
+        let (running, finished) = (entry("alice"), entry("alice"));
+        tasks.admit("running", &running).unwrap();
+        tasks.admit("finished", &finished).unwrap();
+        finish(&finished);
+        tasks.admit("third", &entry("alice")).unwrap();
+        assert!(tasks.get(&Owner::named("alice"), "finished").is_err(), "the finished one made room");
+        assert!(matches!(tasks.admit("fourth", &entry("alice")), Err(StartRefused::TooMany(2))));
+        tasks.admit("bobs", &entry("bob")).expect("the bound is per client");
+        assert_eq!(status(&tasks, "running"), TaskStatus::Working);
+    }
+
+    #[tokio::test]
+    async fn an_approval_is_asked_under_a_key_of_its_own_and_withdrawn_when_the_run_stops_waiting() {
+        let tasks = tasks(4);
+        let task = entry("alice");
+        tasks.admit("t", &task).unwrap();
+        let approver = AskThroughTask { entry: Arc::clone(&task) };
+        let request = ApprovalRequest { tool: "mcp__db__drop".into(), arguments: Default::default(), line: Some(2) };
+        let keys = |tasks: &Tasks| match tasks.get(&Owner::named("alice"), "t").unwrap().task.payload {
+            TaskPayload::InputRequired { input_requests } => input_requests.into_keys().collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        // The run stops waiting (the approval timed out): the question goes.
+        let timed_out = tokio::time::timeout(Duration::from_millis(50), approver.approve(&request));
+        let (waited, ()) = tokio::join!(timed_out, async { assert_eq!(keys(&tasks), ["approval-1"]) });
+        assert!(waited.is_err());
+        assert_eq!(status(&tasks, "t"), TaskStatus::Working);
+        // The next question has a new key; an answer to the old one is ignored.
+        let (answer, ()) = tokio::join!(approver.approve(&request), async {
+            tokio::task::yield_now().await;
+            assert_eq!(keys(&tasks), ["approval-2"]);
+            let owner = Owner::named("alice");
+            let accept = serde_json::json!({"action": "accept"});
+            tasks.update(&owner, "t", &InputResponses::from([("approval-1".into(), accept.clone())])).unwrap();
+            assert_eq!(keys(&tasks), ["approval-2"]);
+            tasks.update(&owner, "t", &InputResponses::from([("approval-2".into(), accept)])).unwrap();
+        });
+        assert!(answer.is_ok());
+        assert_eq!(status(&tasks, "t"), TaskStatus::Working);
+    }
+
+    #[test]
+    fn clients_are_asked_to_poll_twice_a_second_at_first_and_every_five_seconds_at_most() {
+        assert_eq!(poll_interval(Duration::ZERO), Duration::from_millis(500));
+        assert_eq!(poll_interval(Duration::from_secs(10)), Duration::from_secs(2));
+        assert_eq!(poll_interval(Duration::from_secs(600)), Duration::from_secs(5));
+    }
+}

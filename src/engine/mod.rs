@@ -360,6 +360,24 @@ mod tests {
         assert_eq!(report.outcome, Outcome::Killed);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_run_with_a_time_limit_of_its_own_gets_a_runner_started_with_it_and_names_its_key() {
+        let backend = Arc::new(FakeBackend::new(Behaviour::Answers, Behaviour::Hangs));
+        let config = Config::default();
+        let registry = Registry::start(&config, config.tools.filter().unwrap());
+        let settings = ExecutionConfig { timeout_seconds: 5.0, pool_size: 0, ..ExecutionConfig::default() };
+        let engine = Engine::new(Arc::clone(&backend) as Arc<dyn SandboxBackend>, registry, settings);
+        let limit = TimeLimit { seconds: 30.0, key: "execution.task_timeout_seconds" };
+        let options = RunOptions { time_limit: Some(limit), ..RunOptions::default() };
+        let started = Instant::now();
+        let report = engine.execute_with("print(1)", Caller::default(), options).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        assert_eq!(backend.timeouts(), [Duration::from_secs(30)], "its CPU-time limit follows its own limit");
+        let error = "TimeoutError: Execution exceeded 30s limit before the program started: the sandbox had not \
+                     started a runner for it yet. The limit is execution.task_timeout_seconds in ptc-mcp's config";
+        assert_eq!(report.error.as_deref(), Some(error));
+    }
+
     #[tokio::test]
     async fn a_runner_that_cannot_start_is_a_sandbox_error_naming_the_cause() {
         let report = execute(&engine(Behaviour::Answers, Behaviour::Answers), Caller::default()).await;
