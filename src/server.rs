@@ -93,6 +93,7 @@ impl PtcServer {
                 problems.join("\n- ")
             )));
         }
+        content.extend(catalog.task_only_note().map(ContentBlock::text));
         CallToolResult::success(content)
     }
 
