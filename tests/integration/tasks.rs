@@ -366,7 +366,8 @@ async fn a_task_outlasts_timeout_seconds_and_its_cpu_time_within_task_timeout_se
 
 #[apply(integration_test!)]
 async fn a_task_ends_at_task_timeout_seconds_saying_which_limit_it_hit() {
-    let mut client = Client::stdio(&task_config("  task_timeout_seconds: 2\n"), None).await;
+    // Long enough for the runner to start on a busy machine, so that the program is what the limit stops.
+    let mut client = Client::stdio(&task_config("  task_timeout_seconds: 8\n"), None).await;
     let task = client.start("import time\nprint('sleeping')\ntime.sleep(60)").await;
     let done = client.finished(&task).await;
     if unusable(&done) {
@@ -377,7 +378,7 @@ async fn a_task_ends_at_task_timeout_seconds_saying_which_limit_it_hit() {
     let text = result_text(&done["result"]);
     assert!(
         text.starts_with(
-            "[Script execution failed]\nTimeoutError: Execution exceeded 2s limit. The limit is \
+            "[Script execution failed]\nTimeoutError: Execution exceeded 8s limit. The limit is \
              execution.task_timeout_seconds in ptc-mcp's config"
         ),
         "{text}"
