@@ -87,6 +87,21 @@ struct Entry {
     state: Mutex<State>,
 }
 
+impl Entry {
+    /// A task of `owner` created now, whose run reports how far it is to `progress`.
+    fn new(owner: Owner, progress: watch::Receiver<RunProgress>) -> Arc<Entry> {
+        Arc::new(Entry {
+            owner,
+            created_at: SystemTime::now(),
+            created: Instant::now(),
+            cancel: CancellationToken::new(),
+            progress,
+            output: Mutex::default(),
+            state: Mutex::default(),
+        })
+    }
+}
+
 #[derive(Default)]
 struct State {
     done: Option<Done>,
@@ -134,15 +149,7 @@ impl Tasks {
         render: impl FnOnce(&RunReport) -> CallToolResult + Send + 'static,
     ) -> Result<CreateTaskResult, StartRefused> {
         let (progress_tx, progress) = watch::channel(RunProgress::default());
-        let entry = Arc::new(Entry {
-            owner,
-            created_at: SystemTime::now(),
-            created: Instant::now(),
-            cancel: CancellationToken::new(),
-            progress,
-            output: Mutex::default(),
-            state: Mutex::default(),
-        });
+        let entry = Entry::new(owner, progress);
         let id = new_state();
         self.admit(&id, &entry)?;
         let (printed, mut arriving) = mpsc::channel::<String>(PRINTED_QUEUE);
@@ -364,16 +371,7 @@ mod tests {
     }
 
     fn entry(owner: &str) -> Arc<Entry> {
-        let (_, progress) = watch::channel(RunProgress::default());
-        Arc::new(Entry {
-            owner: Owner::named(owner),
-            created_at: SystemTime::now(),
-            created: Instant::now(),
-            cancel: CancellationToken::new(),
-            progress,
-            output: Mutex::default(),
-            state: Mutex::default(),
-        })
+        Entry::new(Owner::named(owner), watch::channel(RunProgress::default()).1)
     }
 
     fn finish(entry: &Entry) {
