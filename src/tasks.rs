@@ -134,7 +134,7 @@ impl Tasks {
             entries: Arc::default(),
             max_per_client: settings.max_tasks_per_client,
             ttl: settings.task_ttl(),
-            limit: TimeLimit { seconds: settings.task_timeout_seconds, key: "execution.task_timeout_seconds" },
+            limit: TimeLimit::of_tasks(settings),
             allowance: engine.confirm_timeout().unwrap_or_default(),
         }
     }

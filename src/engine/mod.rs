@@ -84,6 +84,11 @@ impl TimeLimit {
         TimeLimit { seconds: settings.timeout_seconds, key: "execution.timeout_seconds" }
     }
 
+    /// `execution.task_timeout_seconds`, the limit of a program run as a task.
+    pub fn of_tasks(settings: &ExecutionConfig) -> Self {
+        TimeLimit { seconds: settings.task_timeout_seconds, key: "execution.task_timeout_seconds" }
+    }
+
     pub fn duration(self) -> Duration {
         Duration::from_secs_f64(self.seconds)
     }
@@ -125,8 +130,9 @@ pub struct Engine {
 impl Engine {
     pub fn new(backend: Arc<dyn SandboxBackend>, registry: Arc<Registry>, settings: ExecutionConfig) -> Self {
         let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
+        let task_timeout = (settings.max_tasks_per_client > 0).then(|| TimeLimit::of_tasks(&settings).duration());
         Engine {
-            sandbox: Arc::new(Sandbox::new(backend, request, settings.pool_size)),
+            sandbox: Arc::new(Sandbox::new(backend, request, settings.pool_size, task_timeout)),
             metrics: RunMetrics::new(registry.server_names()),
             runs: TaskTracker::new(),
             stopping: CancellationToken::new(),
@@ -235,10 +241,7 @@ impl Engine {
     async fn run(&self, code: &str, caller: Caller, options: RunOptions) -> RunReport {
         let Caller { cancel, progress, approver, .. } = caller;
         let RunOptions { printed, servers_awaited, time_limit } = options;
-        let pooled = TimeLimit::of_runs(&self.settings);
-        let limit = time_limit.unwrap_or(pooled);
-        // A runner from the pool has the pool's CPU-time limit: a longer run needs one of its own.
-        let own_runner = (limit != pooled).then(|| limit.duration());
+        let limit = time_limit.unwrap_or(TimeLimit::of_runs(&self.settings));
         let allowance = self.confirm.as_ref().map_or(Duration::ZERO, |policy| policy.timeout);
         let expiry = Expiry::new(limit.duration(), allowance, cancel, self.stopping.clone());
         let _slot = match &self.gate {
@@ -254,7 +257,7 @@ impl Engine {
         // dropped (its runner killed) when the run ends first.
         let first_connections = !servers_awaited;
         let preparation = AbortOnDropHandle::new(tokio::spawn(async move {
-            sandbox.prepare(&registry, first_connections, own_runner, phase).await
+            sandbox.prepare(&registry, first_connections, limit.duration(), phase).await
         }));
         let Prepared { runner, lease: _lease } = match expiry.race(preparation).await {
             Ok(Ok(Ok(prepared))) => prepared,
@@ -376,6 +379,26 @@ mod tests {
         let error = "TimeoutError: Execution exceeded 30s limit before the program started: the sandbox had not \
                      started a runner for it yet. The limit is execution.task_timeout_seconds in ptc-mcp's config";
         assert_eq!(report.error.as_deref(), Some(error));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_get_runners_with_their_limit_from_a_pool_filled_once_a_task_ran() {
+        let backend = Arc::new(FakeBackend::new(Behaviour::Answers, Behaviour::Answers));
+        let config = Config::default();
+        let registry = Registry::start(&config, config.tools.filter().unwrap());
+        let settings = ExecutionConfig { timeout_seconds: 5.0, pool_size: 2, ..ExecutionConfig::default() };
+        let task = TimeLimit::of_tasks(&settings);
+        let engine = Engine::new(Arc::clone(&backend) as Arc<dyn SandboxBackend>, registry, settings);
+        let with_task_limit = || backend.timeouts().iter().filter(|t| **t == task.duration()).count();
+        execute(&engine, Caller::default()).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(backend.timeouts().contains(&Duration::from_secs(5)), "{:?}", backend.timeouts());
+        assert_eq!(with_task_limit(), 0, "no task ran yet");
+        let options = RunOptions { time_limit: Some(task), ..RunOptions::default() };
+        engine.execute_with("print(1)", Caller::default(), options).await;
+        assert_eq!(with_task_limit(), 1, "the task's own start");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(with_task_limit() >= 2, "then the pool of task runners fills: {:?}", backend.timeouts());
     }
 
     #[tokio::test]

@@ -233,6 +233,11 @@ impl RunnerPool {
         Lease { pool: Arc::clone(self) }
     }
 
+    /// The time limit of its runners.
+    pub fn timeout(&self) -> Duration {
+        self.request.timeout
+    }
+
     /// Runners waiting in the pool, and runners being started for it.
     pub fn counts(&self) -> (usize, usize) {
         let state = self.state();
@@ -254,7 +259,7 @@ impl RunnerPool {
     }
 
     /// A runner started now for one run whose time limit is `timeout` rather than the pool's (the limit its
-    /// CPU time gets), as long as the caller waits.
+    /// CPU time gets), as long as the caller waits; never kept in the pool.
     pub async fn start_own(&self, timeout: Duration) -> Result<ReadyRunner, StartError> {
         let request = SpawnRequest { timeout, ..self.request.clone() };
         start_ready(self.backend.as_ref(), &request).await
