@@ -21,14 +21,23 @@ const TASKS: &str = "io.modelcontextprotocol/tasks";
 
 /// How a test client reaches the server.
 enum Wire {
-    Stdio { _child: Child, stdin: ChildStdin, lines: Lines<BufReader<ChildStdout>>, _dir: tempfile::TempDir },
-    Http(HttpPtc),
+    Stdio {
+        _child: Child,
+        stdin: ChildStdin,
+        lines: Lines<BufReader<ChildStdout>>,
+        _dir: tempfile::TempDir,
+    },
+    /// `serve --http` on `port`: the one `server` started, or a proxy in front of replicas.
+    Http {
+        port: u16,
+        server: Option<HttpPtc>,
+    },
 }
 
 /// A 2026-07-28 client speaking raw JSON-RPC, declaring the tasks extension or not.
-struct Client {
+pub struct Client {
     wire: Wire,
-    tasks: bool,
+    pub tasks: bool,
     next_id: u64,
     started: Instant,
 }
@@ -57,18 +66,28 @@ impl Client {
 
     async fn http(config_text: &str) -> Client {
         let ptc = HttpPtc::start(config_text, &token_keys()).await;
-        Client { wire: Wire::Http(ptc), tasks: true, next_id: 0, started: Instant::now() }
+        Client {
+            wire: Wire::Http { port: ptc.port(), server: Some(ptc) },
+            tasks: true,
+            next_id: 0,
+            started: Instant::now(),
+        }
+    }
+
+    /// A client of the `serve --http` (with the test token) or proxy on `port`.
+    pub fn at_port(port: u16) -> Client {
+        Client { wire: Wire::Http { port, server: None }, tasks: true, next_id: 0, started: Instant::now() }
     }
 
     fn name(&self) -> &'static str {
         match self.wire {
             Wire::Stdio { .. } => "stdio",
-            Wire::Http(_) => "http",
+            Wire::Http { .. } => "http",
         }
     }
 
     /// Sends one request (with the per-request `_meta` of a 2026-07-28 client) and returns the whole response.
-    async fn request(&mut self, method: &str, mut params: Value) -> Value {
+    pub async fn request(&mut self, method: &str, mut params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let capabilities = if self.tasks { json!({"extensions": {TASKS: {}}}) } else { json!({}) };
@@ -94,7 +113,7 @@ impl Client {
                     }
                 }
             }
-            Wire::Http(ptc) => {
+            Wire::Http { port, .. } => {
                 let bearer = format!("Bearer {TOKEN}");
                 let mut headers = vec![
                     ("Authorization", bearer.as_str()),
@@ -105,7 +124,7 @@ impl Client {
                     headers.push(("Mcp-Name", name));
                 }
                 // A new connection each time: the client reconnects between any two requests.
-                let (status, response) = crate::http::raw(ptc.port(), "/mcp", &headers, &message).await;
+                let (status, response) = crate::http::raw(*port, "/mcp", &headers, &message).await;
                 assert_eq!(status, 200, "{response}");
                 json_rpc_answer(&response)
             }
@@ -117,7 +136,7 @@ impl Client {
     }
 
     /// `execute_program`: the result (a task, or a tool result).
-    async fn execute(&mut self, code: &str) -> Value {
+    pub async fn execute(&mut self, code: &str) -> Value {
         let answer = self.request("tools/call", json!({"name": "execute_program", "arguments": {"code": code}})).await;
         let result = answer["result"].clone();
         assert!(result.is_object(), "{answer}");
@@ -129,7 +148,7 @@ impl Client {
     }
 
     /// Starts `code` as a task; its id, or `None` (skipped) when the sandbox cannot run programs.
-    async fn start(&mut self, code: &str) -> String {
+    pub async fn start(&mut self, code: &str) -> String {
         let task = self.execute(code).await;
         assert_eq!(task["resultType"], "task", "{task}");
         assert_eq!(task["status"], "working", "{task}");
@@ -139,7 +158,7 @@ impl Client {
         task["taskId"].as_str().unwrap().to_string()
     }
 
-    async fn get(&mut self, task: &str) -> Value {
+    pub async fn get(&mut self, task: &str) -> Value {
         let answer = self.request("tasks/get", json!({"taskId": task})).await;
         let got = answer["result"].clone();
         assert_eq!(got["resultType"], "complete", "{answer}");
@@ -147,7 +166,7 @@ impl Client {
         got
     }
 
-    async fn cancel(&mut self, task: &str) {
+    pub async fn cancel(&mut self, task: &str) {
         let answer = self.request("tasks/cancel", json!({"taskId": task})).await;
         assert_eq!(answer["result"], json!({"resultType": "complete"}), "{answer}");
         self.note(&format!("tasks/cancel {} -> ack", short(&json!(task))));
@@ -179,7 +198,7 @@ impl Client {
     }
 
     /// Polls until the task is over; its last state.
-    async fn finished(&mut self, task: &str) -> Value {
+    pub async fn finished(&mut self, task: &str) -> Value {
         self.poll_until(task, Duration::from_secs(120), |got| {
             ["completed", "cancelled", "failed"].contains(&got["status"].as_str().unwrap_or(""))
         })
@@ -225,7 +244,7 @@ fn task_config(execution: &str) -> String {
 }
 
 /// Whether the sandbox cannot run programs here (the test is then skipped, or fails where it is required).
-fn unusable(got: &Value) -> bool {
+pub fn unusable(got: &Value) -> bool {
     let text = got.to_string();
     text.contains("SandboxError") && sandbox_unusable(&text).is_none()
 }
@@ -342,7 +361,7 @@ async fn over_stdio_cancelling_a_task_kills_its_runner_cancels_its_calls_and_say
 #[apply(integration_test!)]
 async fn over_http_cancelling_a_task_kills_its_runner_cancels_its_calls_and_says_so() {
     let client = Client::http(&task_config("  pool_size: 0\n")).await;
-    let Wire::Http(ptc) = &client.wire else { unreachable!() };
+    let Wire::Http { server: Some(ptc), .. } = &client.wire else { unreachable!() };
     let tmp = ptc.tmp();
     cancelling_a_task_kills_its_runner_cancels_its_calls_and_says_so(client, &tmp).await;
 }
