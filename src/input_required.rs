@@ -96,8 +96,7 @@ impl Parked {
                     .input_responses
                     .as_ref()
                     .and_then(|responses| responses.get(APPROVAL_KEY))
-                    .and_then(|answer| answer.get("action"))
-                    .is_some_and(|action| action == "accept");
+                    .is_some_and(accepts);
                 // The run may have stopped waiting (the approval timed out): it has moved on without it.
                 let _ = parked.answer.send(accepted);
                 parked.run
@@ -209,21 +208,31 @@ impl Approver for AskThroughResult {
     }
 }
 
-/// A fresh `requestState`: whoever holds it can answer for the run, so it is 128 bits from the OS's random
-/// source, never from a generator that one value (or the clock) gives away.
-fn new_state() -> String {
+/// A fresh `requestState` (or task id): whoever holds it can answer for the run, so it is 128 bits from the
+/// OS's random source, never from a generator that one value (or the clock) gives away.
+pub fn new_state() -> String {
     let mut bytes = [0; 16];
     getrandom::fill(&mut bytes).expect("the OS's random source answers");
     format!("{:032x}", u128::from_be_bytes(bytes))
 }
 
 fn approval_input(request: &ApprovalRequest) -> InputRequests {
+    InputRequests::from([(APPROVAL_KEY.to_string(), approval_elicitation(request))])
+}
+
+/// The question of an approval, as an input request (of an `input_required` result, or of a task).
+pub fn approval_elicitation(request: &ApprovalRequest) -> InputRequest {
     let params = ElicitRequestParams::FormElicitationParams {
         meta: None,
         message: request.question(),
         requested_schema: ElicitationSchema::new(Default::default()),
     };
-    InputRequests::from([(APPROVAL_KEY.to_string(), InputRequest::Elicitation(ElicitRequest::new(params)))])
+    InputRequest::Elicitation(ElicitRequest::new(params))
+}
+
+/// Whether the client's response to an approval's elicitation says yes.
+pub fn accepts(response: &serde_json::Value) -> bool {
+    response.get("action").is_some_and(|action| action == "accept")
 }
 
 #[cfg(test)]

@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, GetTaskParams,
+    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, TASKS_EXTENSION_ID, Tool, ToolAnnotations,
+    UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -15,10 +17,12 @@ use crate::config::{ConfigSource, ExecutionConfig, TraceMode};
 use crate::discovery::{
     EXECUTE_ARGUMENTS, InspectRequest, Inspection, ListRequest, Listing, RequestError, check_names, no_servers,
 };
-use crate::engine::{Caller, Engine, RunOptions, RunReport};
+use crate::engine::{Caller, Engine, Outcome, RunOptions, RunReport};
 use crate::input_required::{self, Parked, Resume};
+use crate::owner::Owner;
 use crate::progress::{Feed, Reporter};
 use crate::registry::{FIRST_CONNECT_WAIT, Registry};
+use crate::tasks::{self, Tasks};
 
 pub const LIST_TOOL: &str = "list_callable_tools";
 pub const INSPECT_TOOL: &str = "inspect_tool";
@@ -28,21 +32,37 @@ pub struct PtcServer {
     registry: Arc<Registry>,
     engine: Arc<Engine>,
     tools: Vec<Tool>,
-    /// Runs of 2026-07-28 clients waiting for an approval between requests.
-    parked: Arc<Parked>,
+    held: Held,
     /// Where the config came from, for a listing without a config file.
     source: Arc<ConfigSource>,
+}
+
+/// What outlives the request that started it, for every session and request of one server.
+#[derive(Clone)]
+pub struct Held {
+    /// Runs of 2026-07-28 clients waiting for an approval between requests.
+    parked: Arc<Parked>,
+    /// Programs run as tasks.
+    tasks: Arc<Tasks>,
+}
+
+impl Held {
+    pub fn new(engine: &Engine) -> Self {
+        Held { parked: Arc::default(), tasks: Arc::new(Tasks::new(engine)) }
+    }
 }
 
 impl PtcServer {
     pub fn new(registry: Arc<Registry>, engine: Arc<Engine>, source: Arc<ConfigSource>) -> Self {
         let tools = tool_definitions(engine.settings());
-        PtcServer { registry, engine, tools, parked: Arc::default(), source }
+        let held = Held::new(&engine);
+        PtcServer { registry, engine, tools, held, source }
     }
 
-    /// Shares `parked` with other instances (over HTTP, each session and each stateless request has its own).
-    pub fn sharing(mut self, parked: Arc<Parked>) -> Self {
-        self.parked = parked;
+    /// Shares what outlives requests with other instances (over HTTP, each session and each stateless request
+    /// has its own instance).
+    pub fn sharing(mut self, held: Held) -> Self {
+        self.held = held;
         self
     }
 
@@ -73,6 +93,7 @@ impl PtcServer {
                 problems.join("\n- ")
             )));
         }
+        content.extend(catalog.task_only_note().map(ContentBlock::text));
         CallToolResult::success(content)
     }
 
@@ -105,11 +126,18 @@ impl PtcServer {
             return refused(&RequestError::Missing { tool: EXECUTE_TOOL, argument: "code", what }).into();
         };
         let trace = self.engine.settings().trace;
+        if tasks::applies(context, self.engine.settings()) {
+            let render = move |report: &RunReport| execute_result(report, trace);
+            return match self.held.tasks.start(&self.engine, code, Owner::of(context), session_of(context), render) {
+                Ok(task) => CallToolResponse::Task(task),
+                Err(refused) => execute_result(&RunReport::failed(Outcome::Error, refused.to_string()), trace).into(),
+            };
+        }
         if input_required::applies(context, &self.engine) {
             let resume =
                 Resume { code, request_state: request.request_state, input_responses: request.input_responses };
             let render = |report: &RunReport| execute_result(report, trace).into();
-            return match self.parked.execute(&self.engine, resume, session_of(context), context, render).await {
+            return match self.held.parked.execute(&self.engine, resume, session_of(context), context, render).await {
                 Ok(response) => response,
                 Err(why) => CallToolResult::error(vec![ContentBlock::text(why.to_string())]).into(),
             };
@@ -148,7 +176,10 @@ fn execute_result(report: &RunReport, trace: TraceMode) -> CallToolResult {
 
 impl ServerHandler for PtcServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder().enable_tools();
+        let capabilities =
+            if self.engine.settings().max_tasks_per_client > 0 { capabilities.enable_tasks() } else { capabilities };
+        ServerConfig::new(capabilities.build())
             .with_server_info(Implementation::new("ptc-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Programmatic tool calling: write one Python program that calls the downstream MCP tools as async \
@@ -188,6 +219,53 @@ impl ServerHandler for PtcServer {
     }
 
     async fn on_initialized(&self, _context: NotificationContext<RoleServer>) {}
+
+    /// The handshake of 2025-era clients, answered as before tasks: the extension is for 2026-07-28 clients.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        if let Some(extensions) = info.capabilities.extensions.as_mut() {
+            extensions.remove(TASKS_EXTENSION_ID);
+            if extensions.is_empty() {
+                info.capabilities.extensions = None;
+            }
+        }
+        Ok(info)
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.held.tasks.get(&Owner::of(&context), &request.task_id).map_err(no_such_task)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let owner = Owner::of(&context);
+        self.held.tasks.update(&owner, &request.task_id, &request.input_responses).map_err(no_such_task)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.held.tasks.cancel(&Owner::of(&context), &request.task_id).map_err(no_such_task)
+    }
+}
+
+/// The extension's answer for a task id that names no task of the client: invalid params.
+fn no_such_task(why: tasks::NoSuchTask) -> McpError {
+    McpError::invalid_params(why.to_string(), None)
 }
 
 /// The MCP session an HTTP request came through, as the HTTP layer that issued it tells (never a header the

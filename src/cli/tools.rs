@@ -47,6 +47,9 @@ pub async fn tools(config: &Config, args: &ToolsArgs) -> u8 {
         for problem in problems {
             print_err(&format!("ptc-mcp: missing tools: {problem}\n"));
         }
+        if let Some(note) = catalog.task_only_note() {
+            print_err(&format!("ptc-mcp: {note}\n"));
+        }
         SUCCESS
     })
     .await

@@ -167,6 +167,13 @@ pub struct ExecutionConfig {
     /// size (base64 text; a text file's text).
     pub max_attachments: usize,
     pub max_attachment_bytes: usize,
+    /// The time limit of a program run as a task (2026-07-28 clients with the tasks extension), in place of
+    /// `timeout_seconds`.
+    pub task_timeout_seconds: f64,
+    /// How long a finished task's result is kept for its client.
+    pub task_ttl_seconds: f64,
+    /// Tasks one client may have at once, running or finished and kept; 0: programs never run as tasks.
+    pub max_tasks_per_client: usize,
 }
 
 impl Default for ExecutionConfig {
@@ -188,6 +195,9 @@ impl Default for ExecutionConfig {
             precheck: true,
             max_attachments: 4,
             max_attachment_bytes: 10 * 1024 * 1024,
+            task_timeout_seconds: 3600.0,
+            task_ttl_seconds: 3600.0,
+            max_tasks_per_client: 16,
         }
     }
 }
@@ -199,6 +209,10 @@ impl ExecutionConfig {
 
     pub fn tool_call_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.tool_call_timeout_seconds)
+    }
+
+    pub fn task_ttl(&self) -> Duration {
+        Duration::from_secs_f64(self.task_ttl_seconds)
     }
 }
 
@@ -452,8 +466,12 @@ fn globs(key: &'static str, patterns: &[String]) -> Result<GlobSet, InvalidConfi
 
 impl ExecutionConfig {
     fn validate(&self) -> Result<(), InvalidConfig> {
-        let positive_seconds =
-            [("timeout_seconds", self.timeout_seconds), ("tool_call_timeout_seconds", self.tool_call_timeout_seconds)];
+        let positive_seconds = [
+            ("timeout_seconds", self.timeout_seconds),
+            ("tool_call_timeout_seconds", self.tool_call_timeout_seconds),
+            ("task_timeout_seconds", self.task_timeout_seconds),
+            ("task_ttl_seconds", self.task_ttl_seconds),
+        ];
         for (key, value) in positive_seconds {
             check_seconds(&format!("execution.{key}"), value)?;
         }

@@ -132,6 +132,12 @@ fn errors_name_the_key_and_what_is_expected() {
         ("execution:\n  precheck: maybe\n", "execution.precheck: invalid type"),
         ("execution:\n  max_attachments: 0\n", "execution.max_attachments: must be at least 1"),
         ("execution:\n  max_attachment_bytes: 0\n", "execution.max_attachment_bytes: must be at least 1"),
+        (
+            "execution:\n  task_timeout_seconds: 0\n",
+            "execution.task_timeout_seconds: must be a number of seconds above 0",
+        ),
+        ("execution:\n  task_ttl_seconds: 90000\n", "execution.task_ttl_seconds: must be a number of seconds above 0"),
+        ("execution:\n  max_tasks_per_client: -1\n", "execution.max_tasks_per_client: invalid value"),
         ("servers:\n  - name: a\n    transport: stdio\n", "servers[0] ('a').command: required for transport stdio"),
         ("servers:\n  - name: a\n    transport: http\n", "servers[0] ('a').url: required for transport http"),
         (

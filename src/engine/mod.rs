@@ -66,6 +66,32 @@ pub struct RunOptions {
     /// The caller has already waited for the servers the program needs: the run does not wait for those
     /// still making their first connection.
     pub servers_awaited: bool,
+    /// A time limit other than `execution.timeout_seconds` (a task's): the run gets a runner of its own,
+    /// started with that limit (its CPU-time limit follows it), never one from the pool.
+    pub time_limit: Option<TimeLimit>,
+}
+
+/// A run's time limit, and the config key that sets it (messages name it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeLimit {
+    pub seconds: f64,
+    pub key: &'static str,
+}
+
+impl TimeLimit {
+    /// `execution.timeout_seconds`, the limit of every run but a task's.
+    pub fn of_runs(settings: &ExecutionConfig) -> Self {
+        TimeLimit { seconds: settings.timeout_seconds, key: "execution.timeout_seconds" }
+    }
+
+    /// `execution.task_timeout_seconds`, the limit of a program run as a task.
+    pub fn of_tasks(settings: &ExecutionConfig) -> Self {
+        TimeLimit { seconds: settings.task_timeout_seconds, key: "execution.task_timeout_seconds" }
+    }
+
+    pub fn duration(self) -> Duration {
+        Duration::from_secs_f64(self.seconds)
+    }
 }
 
 /// How far a run is: tool calls finished so far (never decreasing), the last one's tool, and what the program
@@ -104,8 +130,9 @@ pub struct Engine {
 impl Engine {
     pub fn new(backend: Arc<dyn SandboxBackend>, registry: Arc<Registry>, settings: ExecutionConfig) -> Self {
         let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
+        let task_timeout = (settings.max_tasks_per_client > 0).then(|| TimeLimit::of_tasks(&settings).duration());
         Engine {
-            sandbox: Arc::new(Sandbox::new(backend, request, settings.pool_size)),
+            sandbox: Arc::new(Sandbox::new(backend, request, settings.pool_size, task_timeout)),
             metrics: RunMetrics::new(registry.server_names()),
             runs: TaskTracker::new(),
             stopping: CancellationToken::new(),
@@ -213,9 +240,10 @@ impl Engine {
     /// server's shutdown.
     async fn run(&self, code: &str, caller: Caller, options: RunOptions) -> RunReport {
         let Caller { cancel, progress, approver, .. } = caller;
-        let RunOptions { printed, servers_awaited } = options;
+        let RunOptions { printed, servers_awaited, time_limit } = options;
+        let limit = time_limit.unwrap_or(TimeLimit::of_runs(&self.settings));
         let allowance = self.confirm.as_ref().map_or(Duration::ZERO, |policy| policy.timeout);
-        let expiry = Expiry::new(self.settings.timeout(), allowance, cancel, self.stopping.clone());
+        let expiry = Expiry::new(limit.duration(), allowance, cancel, self.stopping.clone());
         let _slot = match &self.gate {
             Some(gate) => match gate.enter(&expiry).await {
                 Ok(slot) => Some(slot),
@@ -228,10 +256,9 @@ impl Engine {
         // On a task of its own, so that the expiry is watched even while a backend's start holds its thread;
         // dropped (its runner killed) when the run ends first.
         let first_connections = !servers_awaited;
-        let preparation =
-            AbortOnDropHandle::new(tokio::spawn(
-                async move { sandbox.prepare(&registry, first_connections, phase).await },
-            ));
+        let preparation = AbortOnDropHandle::new(tokio::spawn(async move {
+            sandbox.prepare(&registry, first_connections, limit.duration(), phase).await
+        }));
         let Prepared { runner, lease: _lease } = match expiry.race(preparation).await {
             Ok(Ok(Ok(prepared))) => prepared,
             Ok(Ok(Err(unprepared))) => {
@@ -240,15 +267,16 @@ impl Engine {
             Ok(Err(failed)) => match failed.try_into_panic() {
                 Ok(panic) => std::panic::resume_unwind(panic),
                 // Only the runtime's own shutdown cancels it.
-                Err(_) => return self.not_started(Expired::Stopped, *preparing.borrow()),
+                Err(_) => return self.not_started(Expired::Stopped, limit, *preparing.borrow()),
             },
-            Err(expired) => return self.not_started(expired, *preparing.borrow()),
+            Err(expired) => return self.not_started(expired, limit, *preparing.borrow()),
         };
         let context = run::RunContext {
             registry: &self.registry,
             settings: &self.settings,
             code,
             expiry,
+            limit,
             progress,
             printed,
             approval: self.confirm.clone().map(|policy| approval::Approval { policy, approver }),
@@ -258,12 +286,9 @@ impl Engine {
     }
 
     /// The report of a run that ended before its program started, while `phase` was under way.
-    fn not_started(&self, expired: Expired, phase: Preparing) -> RunReport {
+    fn not_started(&self, expired: Expired, limit: TimeLimit, phase: Preparing) -> RunReport {
         match expired {
-            Expired::Timeout => RunReport::failed(
-                Outcome::Timeout,
-                report::timed_out_before_start(self.settings.timeout_seconds, phase),
-            ),
+            Expired::Timeout => RunReport::failed(Outcome::Timeout, report::timed_out_before_start(limit, phase)),
             Expired::Cancelled => RunReport::failed(
                 Outcome::Cancelled,
                 "ExecutionError: the client cancelled the run before the program started".into(),
@@ -336,6 +361,44 @@ mod tests {
         });
         assert_eq!(started.elapsed(), Duration::from_secs(2));
         assert_eq!(report.outcome, Outcome::Killed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_with_a_time_limit_of_its_own_gets_a_runner_started_with_it_and_names_its_key() {
+        let backend = Arc::new(FakeBackend::new(Behaviour::Answers, Behaviour::Hangs));
+        let config = Config::default();
+        let registry = Registry::start(&config, config.tools.filter().unwrap());
+        let settings = ExecutionConfig { timeout_seconds: 5.0, pool_size: 0, ..ExecutionConfig::default() };
+        let engine = Engine::new(Arc::clone(&backend) as Arc<dyn SandboxBackend>, registry, settings);
+        let limit = TimeLimit { seconds: 30.0, key: "execution.task_timeout_seconds" };
+        let options = RunOptions { time_limit: Some(limit), ..RunOptions::default() };
+        let started = Instant::now();
+        let report = engine.execute_with("print(1)", Caller::default(), options).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        assert_eq!(backend.timeouts(), [Duration::from_secs(30)], "its CPU-time limit follows its own limit");
+        let error = "TimeoutError: Execution exceeded 30s limit before the program started: the sandbox had not \
+                     started a runner for it yet. The limit is execution.task_timeout_seconds in ptc-mcp's config";
+        assert_eq!(report.error.as_deref(), Some(error));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_get_runners_with_their_limit_from_a_pool_filled_once_a_task_ran() {
+        let backend = Arc::new(FakeBackend::new(Behaviour::Answers, Behaviour::Answers));
+        let config = Config::default();
+        let registry = Registry::start(&config, config.tools.filter().unwrap());
+        let settings = ExecutionConfig { timeout_seconds: 5.0, pool_size: 2, ..ExecutionConfig::default() };
+        let task = TimeLimit::of_tasks(&settings);
+        let engine = Engine::new(Arc::clone(&backend) as Arc<dyn SandboxBackend>, registry, settings);
+        let with_task_limit = || backend.timeouts().iter().filter(|t| **t == task.duration()).count();
+        execute(&engine, Caller::default()).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(backend.timeouts().contains(&Duration::from_secs(5)), "{:?}", backend.timeouts());
+        assert_eq!(with_task_limit(), 0, "no task ran yet");
+        let options = RunOptions { time_limit: Some(task), ..RunOptions::default() };
+        engine.execute_with("print(1)", Caller::default(), options).await;
+        assert_eq!(with_task_limit(), 1, "the task's own start");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(with_task_limit() >= 2, "then the pool of task runners fills: {:?}", backend.timeouts());
     }
 
     #[tokio::test]

@@ -233,6 +233,11 @@ impl RunnerPool {
         Lease { pool: Arc::clone(self) }
     }
 
+    /// The time limit of its runners.
+    pub fn timeout(&self) -> Duration {
+        self.request.timeout
+    }
+
     /// Runners waiting in the pool, and runners being started for it.
     pub fn counts(&self) -> (usize, usize) {
         let state = self.state();
@@ -251,6 +256,13 @@ impl RunnerPool {
             tracing::warn!("a ready runner had died while waiting (e.g. killed from outside); starting another");
             // Dropping it kills what is left of it and removes its scratch directory.
         }
+    }
+
+    /// A runner started now for one run whose time limit is `timeout` rather than the pool's (the limit its
+    /// CPU time gets), as long as the caller waits; never kept in the pool.
+    pub async fn start_own(&self, timeout: Duration) -> Result<ReadyRunner, StartError> {
+        let request = SpawnRequest { timeout, ..self.request.clone() };
+        start_ready(self.backend.as_ref(), &request).await
     }
 
     /// Starts runners in the background until as many as demand asks for are ready or starting, or lets

@@ -4,6 +4,7 @@
 use rmcp::model::ContentBlock;
 use serde_json::{Value, json};
 
+use super::TimeLimit;
 use super::trace::Trace;
 use crate::config::TraceMode;
 
@@ -36,21 +37,23 @@ impl Outcome {
     }
 }
 
-/// What follows every `TimeoutError`: where the limit is set.
-const TIMEOUT_KEY: &str = "The limit is execution.timeout_seconds in ptc-mcp's config";
-
-/// The error of a run stopped at its time limit of `limit` seconds (`cancelled` says which calls were still
-/// running): the original's words, then where the limit is set and how to keep what a long run found.
-pub fn timed_out(limit: f64, cancelled: &str) -> String {
+/// The error of a run stopped at its time limit (`cancelled` says which calls were still running): the
+/// original's words, then where the limit is set and how to keep what a long run found.
+pub fn timed_out(limit: TimeLimit, cancelled: &str) -> String {
+    let TimeLimit { seconds, key } = limit;
     format!(
-        "TimeoutError: Execution exceeded {limit}s limit{cancelled}. {TIMEOUT_KEY}; print partial results as the \
-         program goes: what it printed before the limit comes back"
+        "TimeoutError: Execution exceeded {seconds}s limit{cancelled}. The limit is {key} in ptc-mcp's config; \
+         print partial results as the program goes: what it printed before the limit comes back"
     )
 }
 
 /// The error of a run whose time limit came while its sandbox was still being prepared (`phase`).
-pub fn timed_out_before_start(limit: f64, phase: impl std::fmt::Display) -> String {
-    format!("TimeoutError: Execution exceeded {limit}s limit before the program started: {phase}. {TIMEOUT_KEY}")
+pub fn timed_out_before_start(limit: TimeLimit, phase: impl std::fmt::Display) -> String {
+    let TimeLimit { seconds, key } = limit;
+    format!(
+        "TimeoutError: Execution exceeded {seconds}s limit before the program started: {phase}. The limit is {key} \
+         in ptc-mcp's config"
+    )
 }
 
 /// The outcome of one `execute_program`.

@@ -15,7 +15,6 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::task::TaskTracker;
 
-use super::RunProgress;
 use super::approval::{Approval, ApprovalRequest};
 use super::attachments::Attachments;
 use super::expiry::{Expired, Expiry};
@@ -25,6 +24,7 @@ use super::pool::ReadyRunner;
 use super::report::{Outcome, RunReport, timed_out};
 use super::trace::{Trace, budget_exhausted, shorten};
 use super::trim;
+use super::{RunProgress, TimeLimit};
 use crate::config::ExecutionConfig;
 use crate::discovery::{InspectRequest, ListRequest, RequestError};
 use crate::lines::{Line, LineReader, ReadError};
@@ -64,6 +64,8 @@ pub(super) struct RunContext<'a> {
     /// The run's time limit (which stands still while an approval is awaited), the client's cancel and the
     /// server's shutdown.
     pub expiry: Expiry,
+    /// The time limit the expiry counts down, as messages name it.
+    pub limit: TimeLimit,
     /// Told each time a tool call finishes or the program calls `progress()`.
     pub progress: Option<watch::Sender<RunProgress>>,
     /// Gets the program's output as it arrives (see `RunOptions::printed`).
@@ -149,7 +151,7 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
         // the runtime's thread (the stdio server has only one).
         let _ = tokio::task::spawn_blocking(move || drop(control)).await;
     });
-    run.into_report(ending, cx.settings)
+    run.into_report(ending, cx.settings, cx.limit)
 }
 
 impl From<Expired> for Ending {
@@ -475,7 +477,7 @@ impl<'a> RunState<'a> {
         });
     }
 
-    fn into_report(self, ending: Ending, settings: &ExecutionConfig) -> RunReport {
+    fn into_report(self, ending: Ending, settings: &ExecutionConfig, limit: TimeLimit) -> RunReport {
         let mut trace = std::mem::take(&mut *self.trace());
         // Call tasks are aborted by now, but one may still hold a clone of the Arc: take the blocks out.
         let (attachments, files) = std::mem::replace(&mut *self.attachments(), Attachments::new(0, 0)).into_parts();
@@ -498,7 +500,7 @@ impl<'a> RunState<'a> {
             Ending::Done(Some(error)) if error.message.trim().is_empty() => Some(shorten(&error.kind, MAX_ERROR_KIND)),
             // Half the budget at most, so that what the program printed before it keeps the other half.
             Ending::Done(Some(error)) => Some(clip(&error.message, budget / 2, budget, Marker::Error)),
-            Ending::Timeout => Some(timed_out(settings.timeout_seconds, &in_flight)),
+            Ending::Timeout => Some(timed_out(limit, &in_flight)),
             Ending::Cancelled => Some(format!("ExecutionError: the client cancelled the run{in_flight}")),
             Ending::Stopped => {
                 Some(format!("ExecutionError: the server is shutting down; the run was stopped{in_flight}"))

@@ -20,7 +20,11 @@ pub struct Sandbox {
     backend: Arc<dyn SandboxBackend>,
     /// The last probe's answer; a usable one is kept for good.
     availability: Mutex<Option<Probed>>,
+    /// Runners for runs with `timeout_seconds`, filled once the sandbox is usable.
     pool: Arc<RunnerPool>,
+    /// Runners for tasks (their time limit, and the CPU-time limit that follows it), filled once a task ran:
+    /// at most one kept ready beyond a burst of tasks.
+    task_pool: Option<Arc<RunnerPool>>,
 }
 
 struct Probed {
@@ -37,8 +41,8 @@ impl Probed {
 /// A run ready for its program.
 pub struct Prepared {
     pub runner: ReadyRunner,
-    /// The run's share of the demand for ready runners, until it is over.
-    pub lease: Lease,
+    /// The run's share of the demand for ready runners of its pool, until it is over.
+    pub lease: Option<Lease>,
 }
 
 /// Why a run could not be prepared.
@@ -69,9 +73,24 @@ impl std::fmt::Display for Preparing {
 }
 
 impl Sandbox {
-    pub fn new(backend: Arc<dyn SandboxBackend>, request: SpawnRequest, pool_size: usize) -> Self {
+    /// With `task_timeout`, tasks run with that time limit get a pool of their own.
+    pub fn new(
+        backend: Arc<dyn SandboxBackend>,
+        request: SpawnRequest,
+        pool_size: usize,
+        task_timeout: Option<Duration>,
+    ) -> Self {
+        let task_pool = task_timeout.filter(|timeout| *timeout != request.timeout).map(|timeout| {
+            let request = SpawnRequest { timeout, ..request.clone() };
+            RunnerPool::new(Arc::clone(&backend), request, pool_size.min(1))
+        });
         let pool = RunnerPool::new(Arc::clone(&backend), request, pool_size);
-        Sandbox { backend, availability: Mutex::new(None), pool }
+        Sandbox { backend, availability: Mutex::new(None), pool, task_pool }
+    }
+
+    /// The pool of runners whose time limit is `timeout`, if there is one.
+    fn pool_for(&self, timeout: Duration) -> Option<&Arc<RunnerPool>> {
+        std::iter::once(&self.pool).chain(&self.task_pool).find(|pool| pool.timeout() == timeout)
     }
 
     pub fn kind(&self) -> SandboxKind {
@@ -108,25 +127,35 @@ impl Sandbox {
 
     /// Runners waiting in the pool, and runners being started for it.
     pub fn pool_counts(&self) -> (usize, usize) {
-        self.pool.counts()
+        std::iter::once(&self.pool)
+            .chain(&self.task_pool)
+            .map(|pool| pool.counts())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 
     /// Prepares a run, saying in `phase` what it waits for; as long as the caller waits. With
     /// `first_connections`, it also waits for servers making their first connection (see [`FIRST_CONNECT_WAIT`]).
+    /// The runner's time limit is `timeout` (its CPU-time limit follows it): from the pool with that limit,
+    /// else started for the run.
     pub async fn prepare(
         &self,
         registry: &Registry,
         first_connections: bool,
+        timeout: Duration,
         phase: watch::Sender<Preparing>,
     ) -> Result<Prepared, Unprepared> {
         if let Availability::Unavailable { reason } = self.availability().await {
             return Err(Unprepared::Unavailable { kind: self.kind(), reason });
         }
         // Counts as demand from before the run takes a runner; the pool refills when the run is over.
-        let lease = self.pool.lease();
+        let pool = self.pool_for(timeout);
+        let lease = pool.map(RunnerPool::lease);
         phase.send_replace(Preparing::Runner);
         let runner = async {
-            let runner = self.pool.take().await;
+            let runner = match pool {
+                Some(pool) => pool.take().await,
+                None => self.pool.start_own(timeout).await,
+            };
             phase.send_replace(Preparing::Servers);
             runner
         };
@@ -142,6 +171,9 @@ impl Sandbox {
     /// At shutdown, before the backend's: kills the ready runners and those being started.
     pub async fn close_pool(&self) {
         self.pool.close().await;
+        if let Some(pool) = &self.task_pool {
+            pool.close().await;
+        }
     }
 
     /// At shutdown, last: lets the backend remove what it keeps outside this process.
@@ -157,7 +189,7 @@ mod tests {
 
     fn sandbox(probe: Behaviour) -> Arc<Sandbox> {
         let request = SpawnRequest { limits: Default::default(), timeout: Duration::from_secs(1) };
-        Arc::new(Sandbox::new(Arc::new(FakeBackend::new(probe, Behaviour::Answers)), request, 0))
+        Arc::new(Sandbox::new(Arc::new(FakeBackend::new(probe, Behaviour::Answers)), request, 0, None))
     }
 
     #[tokio::test]

@@ -28,6 +28,23 @@ const INTERVAL: Duration = Duration::from_millis(250);
 /// Output chunks (at most 64 KiB each) on their way to the reporter, which takes them as they come.
 const PRINTED_QUEUE: usize = 16;
 
+/// What a run has printed so far, as a task's status shows it: its last lines, led by how many came before.
+/// It keeps a bounded amount whatever the program prints.
+#[derive(Debug, Default)]
+pub struct OutputSoFar(printed::Printed);
+
+impl OutputSoFar {
+    pub fn push(&mut self, chunk: &str) {
+        self.0.push(chunk);
+    }
+
+    /// The last lines within `room` bytes (at most [`notice::MAX_MESSAGE`] are kept), `None` before anything
+    /// was printed.
+    pub fn show(&self, room: usize) -> Option<String> {
+        self.0.clone().take(room)
+    }
+}
+
 /// What a run tells the reporter of its request: how far it is, and what it prints.
 pub struct Feed {
     pub progress: watch::Sender<RunProgress>,

@@ -8,7 +8,7 @@ const KEPT: usize = 2 * super::notice::MAX_MESSAGE;
 /// before a line shown only in part.
 pub(super) const MARKER_ROOM: usize = 48;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Printed {
     /// The last of what arrived, starting at a line's start unless `cut_mid_line`.
     text: String,

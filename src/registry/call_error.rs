@@ -19,6 +19,8 @@ pub enum CallError {
     TimedOut { tool: String, seconds: f64 },
     #[error("'{tool}' failed: {failure}")]
     Failed { tool: String, failure: Failure },
+    #[error("'{0}' is not callable: {why}; it is no longer listed", why = super::task_only::WHY)]
+    TaskOnly(String),
     /// The server answered, but its result gives no value.
     #[error("'{tool}' {error}")]
     Result { tool: String, error: ResultError },

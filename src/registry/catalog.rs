@@ -2,7 +2,7 @@
 //! connects, re-lists or goes down. Name collisions are detected here and reported, never overwritten.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::Tool;
@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
+use super::task_only;
 use crate::config::ToolFilter;
 use crate::naming::namespaced;
 use crate::search::{Document, Index, Parameter};
@@ -32,6 +33,8 @@ pub struct ToolEntry {
     /// The shape of its results so far, for a tool without an output schema. It lives as long as this
     /// listing of the tool: a new listing (`tools/list_changed`, a reconnect) starts afresh.
     observed: Mutex<Option<Remembered>>,
+    /// Its server refused to call it but as a task, which its listing did not say (or its transport dropped).
+    refused_direct_calls: AtomicBool,
 }
 
 /// A shape a tool's results had, holding one of the places for one.
@@ -77,7 +80,28 @@ impl ToolEntry {
         let runner_spec = serde_json::value::to_raw_value(&signature.runner_spec()).expect("specs serialise");
         let validator = OnceLock::new();
         let observed = Mutex::new(None);
-        ToolEntry { namespaced, server: server.to_string(), tool, validator, wrapped, signature, runner_spec, observed }
+        let refused_direct_calls = AtomicBool::new(false);
+        ToolEntry {
+            namespaced,
+            server: server.to_string(),
+            tool,
+            validator,
+            wrapped,
+            signature,
+            runner_spec,
+            observed,
+            refused_direct_calls,
+        }
+    }
+
+    /// Whether its server runs it only as a task: its listing says so, or it refused a direct call.
+    pub fn runs_only_as_a_task(&self) -> bool {
+        task_only::listed(&self.tool) || self.refused_direct_calls.load(Ordering::Relaxed)
+    }
+
+    /// Its server refused a direct call, saying it runs the tool only as a task.
+    pub fn refused_direct_call(&self) {
+        self.refused_direct_calls.store(true, Ordering::Relaxed);
     }
 
     /// The tool as a Python function.
@@ -202,8 +226,10 @@ pub struct Catalog {
     pub tools: BTreeMap<String, Arc<ToolEntry>>,
     /// One line per name collision: which tools collided and that neither is callable.
     pub collisions: Vec<String>,
-    /// Tools a connected server lists that are not callable, and why (the filter, a collision).
+    /// Tools a connected server lists that are not callable, and why (the filter, a collision, task mode).
     pub refused: BTreeMap<String, String>,
+    /// Tools left out because their server runs them only as tasks.
+    pub task_only: Vec<String>,
     /// Built on the first search.
     index: OnceLock<Index>,
     /// The `tools` of the runner's `run` message, built for the first run.
@@ -221,6 +247,10 @@ impl Catalog {
                 Some(why) => {
                     catalog.refused.insert(entry.namespaced.clone(), why.to_string());
                 }
+                None if entry.runs_only_as_a_task() => {
+                    catalog.refused.insert(entry.namespaced.clone(), task_only::WHY.to_string());
+                    catalog.task_only.push(entry.namespaced.clone());
+                }
                 None => by_name.entry(entry.namespaced.clone()).or_default().push(entry),
             }
         }
@@ -235,6 +265,17 @@ impl Catalog {
             catalog.collisions.push(format!("{} all map to '{name}'; none of them is callable", who.join(", ")));
         }
         catalog
+    }
+
+    /// What list_callable_tools says of the tools left out because their servers run them only as tasks.
+    pub fn task_only_note(&self) -> Option<String> {
+        (!self.task_only.is_empty()).then(|| {
+            format!(
+                "Not callable from programs, because their servers run them only as MCP tasks (execution.taskSupport: \
+                 required) and ptc-mcp calls downstream tools directly: {}",
+                self.task_only.join(", ")
+            )
+        })
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -306,6 +347,23 @@ mod tests {
         let config: crate::config::ToolsConfig = serde_yaml_ng::from_str("allow: ['mcp__s__p*']").unwrap();
         let catalog = Catalog::build(entries(&[("s", "secret-thing"), ("s", "public")]), &config.filter().unwrap());
         assert_eq!(catalog.refused["mcp__s__secret_thing"], "it is not in tools.allow");
+    }
+
+    #[test]
+    fn a_tool_its_server_runs_only_as_a_task_is_left_out_saying_why() {
+        let required = json!({"_meta": {task_only::META: "required"}});
+        let optional = json!({"_meta": {task_only::META: "optional"}});
+        let listed = [("only-task", required), ("either", optional), ("plain", json!({}))]
+            .map(|(name, extra)| Arc::new(ToolEntry::new("s", tool(name, extra))));
+        let catalog = Catalog::build(listed, &ToolFilter::All);
+        assert_eq!(catalog.names(), ["mcp__s__either", "mcp__s__plain"]);
+        assert_eq!(catalog.task_only, ["mcp__s__only_task"]);
+        assert_eq!(catalog.refused["mcp__s__only_task"], task_only::WHY);
+        assert!(catalog.task_only_note().unwrap().ends_with("directly: mcp__s__only_task"));
+        let plain = entries(&[("s", "plain")]);
+        assert_eq!(Catalog::build(plain.clone(), &ToolFilter::All).task_only_note(), None);
+        plain[0].refused_direct_call();
+        assert_eq!(Catalog::build(plain, &ToolFilter::All).task_only, ["mcp__s__plain"], "a refusal says it too");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod result;
 mod sse;
 mod start;
 mod stdio;
+mod task_only;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -248,10 +249,12 @@ impl Registry {
         // Dropping the call on timeout makes rmcp send notifications/cancelled; the connection stays usable.
         let mut result = match tokio::time::timeout(timeout, peer.call_tool(params)).await {
             Err(_) => return Err(CallError::TimedOut { tool: name.to_string(), seconds: timeout.as_secs_f64() }),
+            Ok(Err(error)) if task_only::refused_with(&error) => return Err(self.runs_only_as_a_task(&entry)),
             Ok(Err(error)) => {
                 let loss = losses.and_then(|losses| losses.current());
                 return Err(CallError::of(name, &entry.server, error, loss, max_result_bytes));
             }
+            Ok(Ok(result)) if task_only::refused_in(&result) => return Err(self.runs_only_as_a_task(&entry)),
             Ok(Ok(result)) => result,
         };
         let large = result::is_large(&result);
@@ -269,6 +272,14 @@ impl Registry {
             read()
         };
         read.map_err(|error| CallError::Result { tool: name.to_string(), error })
+    }
+
+    /// Leaves out a tool whose server refused a direct call of it, saying it runs the tool only as a task;
+    /// the error for the call.
+    fn runs_only_as_a_task(&self, entry: &ToolEntry) -> CallError {
+        entry.refused_direct_call();
+        self.rebuild_catalog();
+        CallError::TaskOnly(entry.namespaced.clone())
     }
 
     fn peer(&self, server_name: &str) -> Result<(Peer<RoleClient>, Option<liveness::Losses>), CallError> {

@@ -34,9 +34,8 @@ use crate::app::{App, SHUTDOWN_LIMIT};
 use crate::cli::{CONFIG_ERROR, FAILURE};
 use crate::config::{Config, ConfigSource, HttpConfig};
 use crate::engine::Engine;
-use crate::input_required::Parked;
 use crate::metrics::Gauges;
-use crate::server::PtcServer;
+use crate::server::{Held, PtcServer};
 
 /// How long open connections (event streams included) get to close once runs are stopped: the last part of
 /// the shutdown's [`SHUTDOWN_LIMIT`].
@@ -179,7 +178,7 @@ fn mcp_service(
     stop: CancellationToken,
 ) -> StreamableHttpService<PtcServer, Sessions> {
     let (registry, engine) = (Arc::clone(&app.registry), Arc::clone(&app.engine));
-    let parked = Arc::new(Parked::default());
+    let held = Held::new(&engine);
     let config = StreamableHttpServerConfig::default()
         .with_json_response(true)
         .with_cancellation_token(stop)
@@ -188,7 +187,7 @@ fn mcp_service(
     StreamableHttpService::new(
         move || {
             let server = PtcServer::new(Arc::clone(&registry), Arc::clone(&engine), Arc::clone(&source));
-            Ok(server.sharing(Arc::clone(&parked)))
+            Ok(server.sharing(held.clone()))
         },
         sessions,
         config,

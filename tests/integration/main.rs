@@ -36,6 +36,7 @@ mod shell;
 mod show;
 mod shutdown;
 mod surface;
+mod tasks;
 mod thirdparty;
 mod transports;
 

@@ -1,7 +1,7 @@
 //! Two `serve --http` replicas behind a real HAProxy (Debian's package) configured by `deploy/haproxy.cfg`
 //! itself: stateless (2026-07-28) runs spread over both, a 2025-era session stays on the replica that issued
 //! it, and one replica stopped with SIGTERM drains (readiness off, its run in flight finished) while
-//! stateless clients keep working through the proxy.
+//! stateless clients keep working through the proxy; tasks are polled on the replica that started them.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -134,4 +134,30 @@ async fn replicas_behind_haproxy_share_stateless_runs_keep_sessions_and_drain_on
         stateless_run(proxy.port).await;
     }
     assert!(runs_ok(&second).await >= second_before + 4, "the remaining replica took the runs");
+}
+
+#[apply(integration_test!)]
+async fn tasks_behind_haproxy_are_polled_and_collected_on_the_replica_that_started_them() {
+    let config = config(&[], "  pool_size: 0\n");
+    let first = HttpPtc::start(&config, &token_keys()).await;
+    let second = HttpPtc::start(&config, &token_keys()).await;
+    let Some(()) = ready(&first).await else { return };
+    let Some(()) = ready(&second).await else { return };
+    let Some(proxy) = Haproxy::start([first.port(), second.port()]).await else { return };
+    // Round robin starts them on both replicas; each is found again wherever its polls would have gone.
+    let mut client = crate::tasks::Client::at_port(proxy.port);
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        tasks.push((i, client.start(&format!("print('task {i}')")).await));
+    }
+    for (i, task) in &tasks {
+        let done = client.finished(task).await;
+        if crate::tasks::unusable(&done) {
+            return;
+        }
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["result"]["content"][0]["text"], format!("[Script executed successfully]\ntask {i}"));
+    }
+    let counts = [runs_ok(&first).await, runs_ok(&second).await];
+    assert!(counts.iter().all(|count| *count >= 1) && counts.iter().sum::<u64>() == 6, "{counts:?}");
 }

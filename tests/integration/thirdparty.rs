@@ -166,6 +166,72 @@ async fn the_check_reads_server_everythings_real_schemas() {
     );
 }
 
+const TASK_ONLY: &str = "mcp__everything__simulate_research_query";
+const TASK_ONLY_WHY: &str = "its server runs it only as an MCP task (execution.taskSupport: required), and ptc-mcp \
+                             calls downstream tools directly; call it from an MCP client";
+
+/// `list_callable_tools` leaves server-everything's task-only tool out, and says so in a block of its own.
+async fn assert_task_only_tool_left_out(ptc: &Ptc) {
+    let listing = ptc.call("list_callable_tools", json!({})).await;
+    assert!(!text_block(&listing, 0).contains(TASK_ONLY), "{listing:?}");
+    assert!(text_block(&listing, 0).contains("mcp__everything__get_sum"), "{listing:?}");
+    let note = text_block(&listing, 1);
+    assert_eq!(
+        note,
+        format!(
+            "Not callable from programs, because their servers run them only as MCP tasks (execution.taskSupport: \
+             required) and ptc-mcp calls downstream tools directly: {TASK_ONLY}"
+        )
+    );
+    let inspected = ptc.call("inspect_tool", json!({"tool_name": TASK_ONLY})).await;
+    assert_eq!(text_block(&inspected, 0), format!("[Tool not found] '{TASK_ONLY}' is not callable: {TASK_ONLY_WHY}"));
+}
+
+#[apply(integration_test!)]
+async fn a_tool_server_everything_runs_only_as_a_task_is_never_listed_and_says_why() {
+    let Some(ptc) = everything().await else {
+        return;
+    };
+    assert_task_only_tool_left_out(&ptc).await;
+    let run = ptc.execute(&format!("await {TASK_ONLY}(topic='tides')")).await;
+    assert_eq!(
+        run.expect_error(),
+        format!(
+            "[Script execution failed]\nline 1: '{TASK_ONLY}' is not callable: {TASK_ONLY_WHY}\n(checked before \
+             running: nothing ran, no tool was called)"
+        )
+    );
+}
+
+#[apply(integration_test!)]
+async fn over_http_a_tool_that_runs_only_as_a_task_is_left_out_from_its_first_refusal() {
+    // rmcp reads an HTTP server's listing and drops `execution`: the server's refusal of a direct call says it.
+    let Some(server) = required_path("third-party-servers", "PTC_TEST_EVERYTHING_SERVER") else { return };
+    let port = crate::http::free_port();
+    let _everything = tokio::process::Command::new("node")
+        .args([server.as_str(), "streamableHttp"])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let listening =
+        eventually(std::time::Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    assert!(listening.await, "server-everything never listened on {port}");
+    let entry = format!("  - name: everything\n    transport: http\n    url: http://127.0.0.1:{port}/mcp\n");
+    let ptc = Ptc::start(&config(&[entry], "")).await;
+    wait_for_tool(&ptc, TASK_ONLY).await;
+    let run =
+        ptc.execute(&format!("try:\n    await {TASK_ONLY}(topic='tides')\nexcept ToolError as e:\n    print(e)")).await;
+    if run.text().contains("SandboxError") && sandbox_unusable(&run.text()).is_none() {
+        return;
+    }
+    let output = run.structured()["output"].as_str().unwrap().to_string();
+    assert_eq!(output, format!("'{TASK_ONLY}' is not callable: {TASK_ONLY_WHY}; it is no longer listed\n"));
+    assert_task_only_tool_left_out(&ptc).await;
+}
+
 #[apply(integration_test!)]
 async fn a_program_shows_the_audio_server_filesystem_reads() {
     let Some(server) = required_path("third-party-servers", "PTC_TEST_FILESYSTEM_SERVER") else {

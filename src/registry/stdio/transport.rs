@@ -31,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
 use super::super::limits::OFF_THREAD_BYTES;
+use super::super::task_only;
 use super::calls::Calls;
 use super::large_texts::Cut;
 use super::tool_result;
@@ -216,12 +217,31 @@ fn parse(mut line: Vec<u8>, calls: &Mutex<Calls>) -> Option<Received> {
         }
         Answered::Other => {}
     }
-    serde_json::from_slice(&line)
+    read_message(&line)
         .map_err(|e| {
             let start = String::from_utf8_lossy(&line[..line.len().min(200)]);
             tracing::debug!("ignored a line from a downstream that is not a JSON-RPC message ({e}): {start}");
         })
         .ok()
+}
+
+/// Any message but an answer to one of our calls. rmcp's `Tool` has no `execution`: a tool listing that says
+/// how its tools run as tasks keeps that in each tool's `_meta`, under [`task_only::META`].
+fn read_message(line: &[u8]) -> serde_json::Result<Received> {
+    if memchr::memmem::find(line, b"\"taskSupport\"").is_none() {
+        return serde_json::from_slice(line);
+    }
+    let mut message: Value = serde_json::from_slice(line)?;
+    if let Some(tools) = message.pointer_mut("/result/tools").and_then(Value::as_array_mut) {
+        for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
+            let Some(support) = tool.get("execution").and_then(|e| e.get("taskSupport")).cloned() else { continue };
+            let meta = tool.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert(task_only::META.to_string(), support);
+            }
+        }
+    }
+    serde_json::from_value(message)
 }
 
 /// The fields of a message that say whether it answers one of our `tools/call` requests.
@@ -294,6 +314,22 @@ mod tests {
     use super::*;
 
     const WAIT: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_listing_keeps_each_tools_task_support_in_its_meta() {
+        let line = br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[
+            {"name":"a","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"},"_meta":{"k":1}},
+            {"name":"b","inputSchema":{"type":"object"},"execution":{"taskSupport":"forbidden"}},
+            {"name":"c","inputSchema":{"type":"object"}}]}}"#;
+        let ServerJsonRpcMessage::Response(response) = read_message(line).unwrap() else { panic!("a response") };
+        let ServerResult::ListToolsResult(listing) = response.result else { panic!("{:?}", response.result) };
+        let metas: Vec<Option<Value>> =
+            listing.tools.iter().map(|tool| tool.meta.as_ref().map(|meta| Value::Object(meta.0.clone()))).collect();
+        assert_eq!(
+            metas,
+            [Some(json!({"k": 1, task_only::META: "required"})), Some(json!({task_only::META: "forbidden"})), None]
+        );
+    }
 
     fn transport(
         input: impl Into<Vec<u8>>,
