@@ -29,29 +29,29 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
 use crate::naming::server_prefix;
+use crate::oauth::Credentials;
 pub use call_error::{CallError, Failure};
 pub use catalog::{Catalog, ShapeSlots, ToolEntry};
 use liveness::LossKind;
+pub use remote::{ClientSetupError, client as http_client, describe as describe_request_error};
 
 /// The connection state of one server.
 enum ServerState {
     /// The first attempt has not finished yet. (Later attempts keep the reason of the last failure.)
-    Starting {
-        since: Instant,
-    },
+    Starting { since: Instant },
     /// `losses` (remote transports) says why the connection was lost, for calls that fail with it.
-    Up {
-        peer: Peer<RoleClient>,
-        tools: Vec<Arc<ToolEntry>>,
-        losses: Option<liveness::Losses>,
-    },
+    Up { peer: Peer<RoleClient>, tools: Vec<Arc<ToolEntry>>, losses: Option<liveness::Losses> },
     Down {
         reason: String,
+        /// An OAuth server without usable tokens (the reason names the command that fixes it).
+        needs_login: bool,
     },
 }
 
 struct Server {
     config: ServerConfig,
+    /// The bearer tokens of a server with `auth`.
+    credentials: Option<Arc<Credentials>>,
     state: Mutex<ServerState>,
     /// How long after start-up its first connection attempt finished (either way).
     settled_after: OnceLock<Duration>,
@@ -91,6 +91,9 @@ pub struct ServerStatus {
     pub connected: bool,
     pub tools: usize,
     pub error: Option<String>,
+    /// An OAuth server that needs `ptc-mcp login` (the error says so); not part of `server_status()`'s shape.
+    #[serde(skip)]
+    pub needs_login: bool,
 }
 
 impl Registry {
@@ -98,6 +101,7 @@ impl Registry {
     /// (from `config.tools`) decides which of their tools are callable.
     pub fn start(config: &Config, filter: ToolFilter) -> Arc<Registry> {
         let started = Instant::now();
+        let token_store = config.oauth.token_store();
         let registry = Arc::new(Registry {
             servers: config
                 .servers
@@ -105,6 +109,7 @@ impl Registry {
                 .map(|c| {
                     Arc::new(Server {
                         config: c.clone(),
+                        credentials: Credentials::of(c, token_store.clone()),
                         state: Mutex::new(ServerState::Starting { since: started }),
                         settled_after: OnceLock::new(),
                     })
@@ -207,7 +212,8 @@ impl Registry {
                 let sentence = match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
                     ServerState::Up { .. } => return None,
                     ServerState::Starting { since } => format!("server '{name}' is {}", starting(*since)),
-                    ServerState::Down { reason } => format!("server '{name}' is unavailable: {reason}"),
+                    ServerState::Down { reason, needs_login: true } => reason.clone(),
+                    ServerState::Down { reason, .. } => format!("server '{name}' is unavailable: {reason}"),
                 };
                 Some((server_prefix(name), sentence))
             })
@@ -220,12 +226,17 @@ impl Registry {
             .map(|server| {
                 let status = match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
                     ServerState::Starting { since } => {
-                        ServerStatus { connected: false, tools: 0, error: Some(starting(*since)) }
+                        ServerStatus { connected: false, tools: 0, error: Some(starting(*since)), needs_login: false }
                     }
-                    ServerState::Up { tools, .. } => ServerStatus { connected: true, tools: tools.len(), error: None },
-                    ServerState::Down { reason } => {
-                        ServerStatus { connected: false, tools: 0, error: Some(reason.clone()) }
+                    ServerState::Up { tools, .. } => {
+                        ServerStatus { connected: true, tools: tools.len(), error: None, needs_login: false }
                     }
+                    ServerState::Down { reason, needs_login } => ServerStatus {
+                        connected: false,
+                        tools: 0,
+                        error: Some(reason.clone()),
+                        needs_login: *needs_login,
+                    },
                 };
                 (server.config.name.clone(), status)
             })
@@ -276,7 +287,8 @@ impl Registry {
         let server_name = server_name.to_string();
         match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
             ServerState::Up { peer, losses, .. } => Ok((peer.clone(), losses.clone())),
-            ServerState::Down { reason } => Err(CallError::Down { server: server_name, reason: reason.clone() }),
+            ServerState::Down { reason, needs_login: true } => Err(CallError::NeedsLogin(reason.clone())),
+            ServerState::Down { reason, .. } => Err(CallError::Down { server: server_name, reason: reason.clone() }),
             ServerState::Starting { since } => {
                 Err(CallError::Starting { server: server_name, seconds: since.elapsed().as_secs() })
             }
@@ -345,7 +357,7 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
     loop {
         // Stopping drops a connection attempt, which kills a server still starting.
         let attempt = tokio::select! {
-            attempt = client::connect(&server.config, registry.limits) => attempt,
+            attempt = client::connect(&server.config, registry.limits, server.credentials.as_ref()) => attempt,
             () = stop.cancelled() => return,
         };
         let loss = match attempt {
@@ -369,7 +381,7 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
             Err(loss) => loss,
         };
         let delay = match loss.kind {
-            LossKind::Credentials => backoff.capped_delay(),
+            LossKind::Credentials | LossKind::NeedsLogin => backoff.capped_delay(),
             LossKind::Connection => backoff.next_delay(),
         };
         if last_logged.as_deref() == Some(loss.reason.as_str()) {
@@ -378,10 +390,19 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
             tracing::warn!(server = %name, "unavailable: {}; retrying in {:.1}s", loss.reason, delay.as_secs_f64());
             last_logged = Some(loss.reason.clone());
         }
-        registry.set_state(&server, ServerState::Down { reason: loss.reason });
+        let needs_login = loss.kind == LossKind::NeedsLogin;
+        registry.set_state(&server, ServerState::Down { reason: loss.reason, needs_login });
         registry.mark_settled(&server, &mut first_attempt);
+        // A login (by `ptc-mcp login` in another process) is noticed at once, not after the delay.
+        let login = async {
+            match (&server.credentials, needs_login) {
+                (Some(credentials), true) => credentials.wait_for_login().await,
+                _ => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
+            () = login => {}
             () = stop.cancelled() => return,
         }
     }

@@ -1,0 +1,60 @@
+//! Finding a server's authorization server, as the MCP authorization spec orders it: the `resource_metadata`
+//! of the server's `401` challenge, else its well-known protected-resource metadata (RFC 9728), then the
+//! authorization server's RFC 8414 or OpenID metadata. rmcp does the reading; this refuses what rmcp would
+//! make up when nothing is found (`/authorize`, `/token`, `/register` under the server's origin).
+
+use reqwest::header::{ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
+use rmcp::transport::auth::{AuthorizationManager, AuthorizationMetadata};
+
+use super::OAuthError;
+use crate::registry::http_client;
+
+/// A server's authorization server, found.
+pub struct Discovered {
+    /// rmcp's manager, its metadata set (and the `resource` of the protected-resource metadata recorded).
+    pub manager: AuthorizationManager,
+    pub metadata: AuthorizationMetadata,
+    /// The issuer that keys the token file (the metadata's, else the authorization endpoint's origin).
+    pub issuer: String,
+}
+
+/// Discovers the authorization server of `server` at `url`.
+pub async fn discover(server: &str, url: &str) -> Result<Discovered, OAuthError> {
+    let failed = |error: rmcp::transport::auth::AuthError| OAuthError::Discovery {
+        server: server.into(),
+        why: error.to_string(),
+    };
+    let challenge = challenge(server, url).await?;
+    let mut manager = AuthorizationManager::new(url).await.map_err(failed)?;
+    let resolution = manager.resolve_metadata_from_challenge(challenge.as_deref()).await.map_err(failed)?;
+    if !resolution.source.is_discovered() {
+        return Err(OAuthError::NoMetadata { server: server.into() });
+    }
+    let metadata = resolution.metadata;
+    let issuer = metadata.issuer.clone().unwrap_or_else(|| {
+        reqwest::Url::parse(&metadata.authorization_endpoint)
+            .map(|url| url.origin().ascii_serialization())
+            .unwrap_or_else(|_| metadata.authorization_endpoint.clone())
+    });
+    manager.set_metadata(metadata.clone());
+    Ok(Discovered { manager, metadata, issuer })
+}
+
+/// The `WWW-Authenticate` challenge an unauthenticated request to the server gets, if it answers 401.
+async fn challenge(server: &str, url: &str) -> Result<Option<String>, OAuthError> {
+    let unreachable = |why: String| OAuthError::Discovery { server: server.into(), why };
+    let client = http_client().map_err(|e| unreachable(e.to_string()))?;
+    let ping = serde_json::json!({"jsonrpc": "2.0", "id": "ptc-mcp-auth-probe", "method": "ping"});
+    let response = client
+        .post(url)
+        .header(ACCEPT, "application/json, text/event-stream")
+        .header(CONTENT_TYPE, "application/json")
+        .body(ping.to_string())
+        .send()
+        .await
+        .map_err(|e| unreachable(crate::registry::describe_request_error(&e)))?;
+    if response.status() != reqwest::StatusCode::UNAUTHORIZED {
+        return Ok(None);
+    }
+    Ok(response.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).map(str::to_string))
+}

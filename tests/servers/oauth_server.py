@@ -1,0 +1,121 @@
+"""A FastMCP server guarded by FastMCP's in-memory OAuth provider, for ptc-mcp's OAuth tests.
+
+Run with the venv from ci/test-deps.sh ($PTC_TEST_FASTMCP_PYTHON):
+
+    oauth_server.py [--token-seconds N] [--no-registration] [--client ID[:SECRET] --client-redirect URI]
+
+It listens on 127.0.0.1 on a port the OS chooses (or --port) and prints `PORT <n>` as its first line. The
+authorization server is FastMCP's own (protected-resource metadata, RFC 8414 metadata, dynamic client
+registration unless --no-registration, an /authorize that approves at once, rotating refresh tokens,
+revocation). --client registers a client ahead, with one redirect URI (as a provider's settings page does). The MCP endpoint is /mcp.
+
+Test hooks (no auth, loopback only):
+    GET  /test/stats                   counts (registrations, codes, refreshes, revocations, mcp calls)
+                                       and every token value ever issued, for tests that grep outputs
+    POST /test/forget-access-tokens    the next call with a live access token gets a 401; refresh works
+    POST /test/revoke-all              every access and refresh token is gone (as a user revoking access)
+"""
+
+import argparse
+import asyncio
+import socket
+
+import uvicorn
+from fastmcp import FastMCP
+from fastmcp.server.auth.providers import in_memory
+from fastmcp.server.auth.providers.in_memory import InMemoryOAuthProvider
+from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOptions
+from mcp.shared.auth import OAuthClientInformationFull
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+
+class CountingProvider(InMemoryOAuthProvider):
+    """The in-memory provider, counting what it does and remembering every token it issued."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.stats = {"registrations": 0, "codes": 0, "refreshes": 0, "revocations": 0, "tokens": []}
+
+    async def register_client(self, client_info):
+        self.stats["registrations"] += 1
+        await super().register_client(client_info)
+
+    async def exchange_authorization_code(self, client, authorization_code):
+        self.stats["codes"] += 1
+        token = await super().exchange_authorization_code(client, authorization_code)
+        self.stats["tokens"] += [token.access_token, token.refresh_token, authorization_code.code]
+        return token
+
+    async def exchange_refresh_token(self, client, refresh_token, scopes):
+        self.stats["refreshes"] += 1
+        token = await super().exchange_refresh_token(client, refresh_token, scopes)
+        self.stats["tokens"] += [token.access_token, token.refresh_token]
+        return token
+
+    async def revoke_token(self, token):
+        self.stats["revocations"] += 1
+        await super().revoke_token(token)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token-seconds", type=int, default=3600)
+    parser.add_argument("--no-registration", action="store_true")
+    parser.add_argument("--client", help="a pre-registered client: ID or ID:SECRET")
+    parser.add_argument("--client-redirect", help="the pre-registered client's one redirect URI")
+    args = parser.parse_args()
+    in_memory.DEFAULT_ACCESS_TOKEN_EXPIRY_SECONDS = args.token_seconds
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    port = sock.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    provider = CountingProvider(
+        base_url=base,
+        client_registration_options=ClientRegistrationOptions(enabled=not args.no_registration),
+        revocation_options=RevocationOptions(enabled=True),
+    )
+    if args.client:
+        client_id, _, secret = args.client.partition(":")
+        provider.clients[client_id] = OAuthClientInformationFull(
+            client_id=client_id,
+            client_secret=secret or None,
+            token_endpoint_auth_method="client_secret_post" if secret else "none",
+            redirect_uris=[args.client_redirect],
+            grant_types=["authorization_code", "refresh_token"],
+        )
+
+    mcp = FastMCP("oauth-test")
+    mcp.auth = provider
+
+    @mcp.tool
+    def whoami(greeting: str = "hello") -> str:
+        """Say hello to the caller (the token is checked by the server's auth)."""
+        return f"{greeting}, authorized caller"
+
+    @mcp.custom_route("/test/stats", methods=["GET"])
+    async def stats(_: Request):
+        return JSONResponse(provider.stats)
+
+    @mcp.custom_route("/test/forget-access-tokens", methods=["POST"])
+    async def forget(_: Request):
+        provider.access_tokens.clear()
+        return JSONResponse({"ok": True})
+
+    @mcp.custom_route("/test/revoke-all", methods=["POST"])
+    async def revoke_all(_: Request):
+        provider.access_tokens.clear()
+        provider.refresh_tokens.clear()
+        return JSONResponse({"ok": True})
+
+    app = mcp.http_app(path="/mcp")
+    print(f"PORT {port}", flush=True)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+if __name__ == "__main__":
+    main()
