@@ -30,7 +30,8 @@ pub async fn discover(server: &str, url: &str) -> Result<Discovered, OAuthError>
     if !resolution.source.is_discovered() {
         return Err(OAuthError::NoMetadata { server: server.into() });
     }
-    let metadata = resolution.metadata;
+    let mut metadata = resolution.metadata;
+    prefer_secret_in_body(&mut metadata);
     let issuer = metadata.issuer.clone().unwrap_or_else(|| {
         reqwest::Url::parse(&metadata.authorization_endpoint)
             .map(|url| url.origin().ascii_serialization())
@@ -57,4 +58,43 @@ async fn challenge(server: &str, url: &str) -> Result<Option<String>, OAuthError
         return Ok(None);
     }
     Ok(response.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).map(str::to_string))
+}
+
+/// A client with a secret sends it in the token request's body (`client_secret_post`) when the authorization
+/// server takes that, rather than in HTTP Basic (rmcp's choice when both are listed): the MCP Python SDK's
+/// authorization servers (FastMCP's) read `client_id` from the body even with Basic, and refuse without it.
+fn prefer_secret_in_body(metadata: &mut AuthorizationMetadata) {
+    const KEY: &str = "token_endpoint_auth_methods_supported";
+    let Some(methods) = metadata.additional_fields.get_mut(KEY).and_then(|v| v.as_array_mut()) else { return };
+    if methods.iter().any(|m| m == "client_secret_post") {
+        methods.retain(|m| m != "client_secret_basic");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_goes_in_the_body_where_the_server_takes_it_there() {
+        let mut both = AuthorizationMetadata::default();
+        both.additional_fields.insert(
+            "token_endpoint_auth_methods_supported".into(),
+            serde_json::json!(["client_secret_post", "client_secret_basic", "none"]),
+        );
+        prefer_secret_in_body(&mut both);
+        assert_eq!(
+            both.additional_fields["token_endpoint_auth_methods_supported"],
+            serde_json::json!(["client_secret_post", "none"])
+        );
+        let mut basic_only = AuthorizationMetadata::default();
+        basic_only
+            .additional_fields
+            .insert("token_endpoint_auth_methods_supported".into(), serde_json::json!(["client_secret_basic"]));
+        prefer_secret_in_body(&mut basic_only);
+        assert_eq!(
+            basic_only.additional_fields["token_endpoint_auth_methods_supported"],
+            serde_json::json!(["client_secret_basic"])
+        );
+    }
 }

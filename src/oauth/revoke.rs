@@ -93,7 +93,32 @@ async fn revoke_one(
     client_id: &str,
     secret: Option<&str>,
 ) -> Result<(), String> {
-    let client = http_client().map_err(|e| e.to_string())?;
+    match post_revocation(endpoint, token, hint, client_id, secret).await {
+        // The MCP Python SDK's endpoint (FastMCP's servers) requires a `client_secret` field even of a public
+        // client, and answers 400 without one: send it empty, once.
+        Err(RevokeFailure::BadRequest) if secret.is_none() => {
+            post_revocation(endpoint, token, hint, client_id, Some("")).await.map_err(|e| e.to_string())
+        }
+        other => other.map_err(|e| e.to_string()),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum RevokeFailure {
+    #[error("HTTP 400 Bad Request")]
+    BadRequest,
+    #[error("{0}")]
+    Other(String),
+}
+
+async fn post_revocation(
+    endpoint: &str,
+    token: &str,
+    hint: &str,
+    client_id: &str,
+    secret: Option<&str>,
+) -> Result<(), RevokeFailure> {
+    let client = http_client().map_err(|e| RevokeFailure::Other(e.to_string()))?;
     let mut form = vec![("token", token), ("token_type_hint", hint), ("client_id", client_id)];
     if let Some(secret) = secret {
         form.push(("client_secret", secret));
@@ -101,8 +126,12 @@ async fn revoke_one(
     let request = client.post(endpoint).form(&form).send();
     let response = tokio::time::timeout(REVOKE_TIMEOUT, request)
         .await
-        .map_err(|_| format!("no answer within {}s", REVOKE_TIMEOUT.as_secs()))?
-        .map_err(|e| describe_request_error(&e))?;
+        .map_err(|_| RevokeFailure::Other(format!("no answer within {}s", REVOKE_TIMEOUT.as_secs())))?
+        .map_err(|e| RevokeFailure::Other(describe_request_error(&e)))?;
     // RFC 7009 §2.2: 200 also for a token the server no longer knows.
-    if response.status().is_success() { Ok(()) } else { Err(format!("HTTP {}", response.status())) }
+    match response.status() {
+        status if status.is_success() => Ok(()),
+        reqwest::StatusCode::BAD_REQUEST => Err(RevokeFailure::BadRequest),
+        status => Err(RevokeFailure::Other(format!("HTTP {status}"))),
+    }
 }

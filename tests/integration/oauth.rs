@@ -34,6 +34,7 @@ impl OAuthServer {
         let mut child = Command::new(python)
             .arg(repo_path("tests/servers/oauth_server.py"))
             .args(flags)
+            .env("FASTMCP_LOG_LEVEL", "WARNING")
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -77,7 +78,6 @@ impl OAuthServer {
         stats["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
     }
 
-    #[allow(dead_code)]
     async fn hook(&self, path: &str) {
         http(self.port, "POST", path).await;
     }
@@ -225,4 +225,225 @@ async fn a_login_lets_a_running_server_call_the_hosted_server_and_no_token_is_sh
     ] {
         assert_no_token_in(what, &text, &tokens);
     }
+}
+
+/// The grant in the token file: its JSON.
+fn stored_grant(server: &OAuthServer) -> Value {
+    let file = std::fs::read_dir(server.store())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("a token file");
+    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
+}
+
+#[apply(integration_test!)]
+async fn short_lived_tokens_are_refreshed_inside_a_run_and_each_rotated_refresh_token_is_stored() {
+    let Some(server) = OAuthServer::start(&["--token-seconds", "4"]).await else { return };
+    let config = server.config("oauth", "");
+    login(&server, &config).await;
+    let ptc = serve(&config).await;
+    wait_for_status(&ptc, |row| row["connected"] == true).await;
+    // Nine seconds of calls with tokens that live four: renewed before they expire, never a failed call.
+    let code = "import asyncio\nfor i in range(10):\n    print(await mcp__hosted__whoami(greeting=str(i)))\n    await asyncio.sleep(0.9)";
+    let text = ptc.execute(code).await.expect_ok();
+    assert!(text.contains("9, authorized caller"), "{text}");
+    let stats = server.stats().await;
+    assert!(stats["refreshes"].as_u64().unwrap() >= 2, "{stats}");
+    // Each refresh rotated the refresh token (the old one is gone at the server): the file has the last one.
+    let tokens = server.tokens_issued().await;
+    let last_refresh = tokens.iter().rev().find(|t| t.starts_with("test_refresh_token_")).unwrap();
+    assert_eq!(stored_grant(&server)["credentials"]["token_response"]["refresh_token"], last_refresh.as_str());
+}
+
+#[apply(integration_test!)]
+async fn a_rejected_token_is_renewed_once_for_all_the_calls_that_met_the_rejection() {
+    let Some(server) = OAuthServer::start(&[]).await else { return };
+    let config = server.config("oauth", "");
+    login(&server, &config).await;
+    let ptc = serve(&config).await;
+    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    // The server forgets its access tokens: the next calls all get a 401 with the same token.
+    server.hook("/test/forget-access-tokens").await;
+    let program = "import asyncio\nrs = await asyncio.gather(*[mcp__hosted__whoami(greeting=str(i)) for i in range(4)])\nprint(len(rs))";
+    let (a, b) = tokio::join!(ptc.execute(program), ptc.execute(program));
+    assert_eq!((a.expect_ok().lines().nth(1), b.expect_ok().lines().nth(1)), (Some("4"), Some("4")));
+    assert_eq!(server.stats().await["refreshes"], 1, "two programs, eight calls, one refresh");
+}
+
+#[apply(integration_test!)]
+async fn two_processes_renewing_at_once_spend_the_rotating_refresh_token_once() {
+    let Some(server) = OAuthServer::start(&[]).await else { return };
+    let config = server.config("oauth", "");
+    login(&server, &config).await;
+    let program = server.dir.path().join("program.py");
+    std::fs::write(&program, format!("print(await {WHOAMI})\n")).unwrap();
+    let args = ["run", program.to_str().unwrap()];
+    let run = || ptc_command(&config, &args, &[]);
+    assert_eq!(run().await.status, Some(0));
+    server.hook("/test/forget-access-tokens").await;
+    let (a, b) = tokio::join!(run(), run());
+    assert_eq!((a.status, b.status), (Some(0), Some(0)), "{}\n{}", a.stderr, b.stderr);
+    assert_eq!(server.stats().await["refreshes"], 1, "the second process took the first one's token");
+}
+
+#[apply(integration_test!)]
+async fn revoked_tokens_make_the_server_need_login_at_once_and_a_new_login_brings_it_back() {
+    let Some(server) = OAuthServer::start(&[]).await else { return };
+    let config = server.config("oauth", "");
+    login(&server, &config).await;
+    let ptc = serve(&config).await;
+    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    server.hook("/test/revoke-all").await;
+    let started = std::time::Instant::now();
+    let failed = ptc.outcome(WHOAMI).await;
+    assert_eq!(failed, "ToolError: server 'hosted' needs login: run `ptc-mcp login hosted`");
+    assert!(started.elapsed() < NOTICE_LIMIT, "no hang: {:?}", started.elapsed());
+    let row = wait_for_status(&ptc, |row| row["connected"] == false).await;
+    assert_eq!(row["error"], "server 'hosted' needs login: run `ptc-mcp login hosted`");
+    let refreshes = server.stats().await["refreshes"].clone();
+    // Later calls fail at once, without asking the authorization server again (no retry storm).
+    let again = ptc.execute(&format!("print(await {WHOAMI})")).await.expect_error();
+    assert!(again.contains("needs login: run `ptc-mcp login hosted`"), "{again}");
+    assert_eq!(server.stats().await["refreshes"], refreshes);
+    login(&server, &config).await;
+    wait_for_status(&ptc, |row| row["connected"] == true).await;
+    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+}
+
+#[apply(integration_test!)]
+async fn without_dynamic_registration_or_a_client_id_the_login_says_to_register_an_app() {
+    let Some(server) = OAuthServer::start(&["--no-registration"]).await else { return };
+    let config = server.config("oauth", "");
+    let env = browser_env(&server.dir.path().join("browser.log"));
+    let out = ptc_command(&config, &["login", "hosted"], &env).await;
+    assert_eq!(out.status, Some(1), "{}", out.stdout);
+    assert!(
+        out.stderr.contains(&format!(
+            "ptc-mcp: the authorization server of 'hosted' (http://127.0.0.1:{}/) offers no dynamic client registration \
+             and takes no client ID metadata documents: register an OAuth app with the provider",
+            server.port
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("then set auth.client_id (and client_secret, callback_port: PORT)"), "{}", out.stderr);
+    assert!(!server.dir.path().join("browser.log").exists(), "no browser was opened");
+}
+
+#[apply(integration_test!)]
+async fn a_pre_registered_client_logs_in_on_its_registered_port_with_its_secret() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let redirect = format!("http://127.0.0.1:{port}/callback");
+    let flags = ["--no-registration", "--client", "ptc-app:app-s3cret", "--client-redirect", &redirect];
+    let Some(server) = OAuthServer::start(&flags).await else { return };
+    let auth = format!("{{type: oauth, client_id: ptc-app, client_secret: '${{APP_SECRET}}', callback_port: {port}}}");
+    let config = server.config(&auth, "");
+    let mut env = browser_env(&server.dir.path().join("browser.log"));
+    env.push(("APP_SECRET".into(), "app-s3cret".into()));
+    let out = ptc_command(&config, &["login", "hosted"], &env).await;
+    assert_eq!(out.status, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("client_id=ptc-app&"), "{}", out.stdout);
+    assert!(!out.stdout.contains("app-s3cret") && !out.stderr.contains("app-s3cret"));
+    let grant = stored_grant(&server);
+    assert_eq!(grant["credentials"]["client_id"], "ptc-app");
+    assert!(grant.get("client_secret").is_none(), "a configured secret is not copied to the file: {grant}");
+    let stats = server.stats().await;
+    assert_eq!((stats["registrations"].as_u64(), stats["codes"].as_u64()), (Some(0), Some(1)));
+    let text = std::fs::read_to_string(&config).unwrap();
+    let ptc = Ptc::start_with_env(&text, &[("APP_SECRET", "app-s3cret")]).await;
+    wait_for_status(&ptc, |row| row["connected"] == true).await;
+    // A refresh authenticates with the configured secret.
+    server.hook("/test/forget-access-tokens").await;
+    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    assert_eq!(server.stats().await["refreshes"], 1);
+}
+
+#[apply(integration_test!)]
+async fn logout_revokes_the_tokens_and_deletes_them() {
+    let Some(server) = OAuthServer::start(&[]).await else { return };
+    let config = server.config("oauth", "");
+    login(&server, &config).await;
+    let out = ptc_command(&config, &["logout", "hosted"], &[]).await;
+    assert_eq!(out.status, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        format!(
+            "ptc-mcp: logged out of 'hosted': deleted 1 token file(s); revoked the refresh token and access token at \
+             http://127.0.0.1:{}\n",
+            server.port
+        )
+    );
+    assert!(server.stats().await["revocations"].as_u64().unwrap() >= 1);
+    let left: Vec<_> = std::fs::read_dir(server.store()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.iter().all(|p| p.extension().is_none_or(|e| e != "json")), "{left:?}");
+    let again = ptc_command(&config, &["logout", "hosted"], &[]).await;
+    assert_eq!(again.stdout, "ptc-mcp: no tokens were stored for 'hosted'\n");
+    let check = ptc_command(&config, &["check"], &[]).await;
+    assert!(check.stdout.contains("needs login"), "{}", check.stdout);
+}
+
+/// `ptc-mcp login hosted --no-browser`, running; its stdout lines until the authorization URL.
+async fn login_without_browser(server: &OAuthServer, config: &Path) -> (Child, String) {
+    let log = server.dir.path().join("browser.log");
+    let mut child = Command::new(binary())
+        .args(["login", "hosted", "--no-browser", "--config"])
+        .arg(config)
+        .envs(browser_env(&log))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = tokio::time::timeout(NOTICE_LIMIT, lines.next_line()).await.unwrap().unwrap().expect("a URL line");
+        if let Some(url) = line.strip_prefix("  http") {
+            break format!("http{url}");
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, url)
+}
+
+/// The redirect the authorization server sends the browser to for `url` (it approves at once).
+async fn approve(server: &OAuthServer, url: &str) -> String {
+    let target = url.strip_prefix(&format!("http://127.0.0.1:{}", server.port)).unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await.unwrap();
+    let request = format!("GET {target} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\nconnection: close\r\n\r\n", server.port);
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let location = response.lines().find_map(|l| l.strip_prefix("location: ").or_else(|| l.strip_prefix("Location: ")));
+    location.unwrap_or_else(|| panic!("no redirect: {response}")).trim().to_string()
+}
+
+#[apply(integration_test!)]
+async fn no_browser_only_prints_the_url_and_a_forged_state_is_refused_while_the_real_redirect_succeeds() {
+    let Some(server) = OAuthServer::start(&[]).await else { return };
+    let config = server.config("oauth", "");
+    let (child, url) = login_without_browser(&server, &config).await;
+    let redirect = approve(&server, &url).await;
+    let callback = loopback_target(&redirect);
+    let port: u16 = callback.0;
+    let forged = callback.1.replace("state=", "state=forged");
+    let (status, _) = http_status(port, "GET", &forged).await;
+    assert!(status.starts_with("HTTP/1.1 400"), "{status}");
+    let (status, _) = http_status(port, "GET", "/callback?code=made-up&state=also-made-up").await;
+    assert!(status.starts_with("HTTP/1.1 400"), "{status}");
+    let (status, _) = http_status(port, "GET", &callback.1).await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let output = tokio::time::timeout(NOTICE_LIMIT, child.wait_with_output()).await.unwrap().unwrap();
+    assert!(output.status.success());
+    assert!(!server.dir.path().join("browser.log").exists(), "--no-browser opened no browser");
+    assert_eq!(server.stats().await["codes"], 1);
+    assert!(stored_grant(&server)["credentials"]["token_response"]["access_token"].is_string());
+}
+
+/// `(port, target)` of a loopback URL.
+fn loopback_target(url: &str) -> (u16, String) {
+    let rest = url.strip_prefix("http://127.0.0.1:").unwrap_or_else(|| panic!("not a loopback URL: {url}"));
+    let (port, target) = rest.split_at(rest.find('/').unwrap());
+    (port.parse().unwrap(), target.to_string())
 }

@@ -112,6 +112,7 @@ def main():
         return JSONResponse({"ok": True})
 
     app = mcp.http_app(path="/mcp")
+    sock.listen(128)  # connections queue from now on, before uvicorn starts accepting
     print(f"PORT {port}", flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
