@@ -320,7 +320,12 @@ impl Config {
         }
         if let Some(path) = &self.oauth.token_store {
             let text = path.to_string_lossy();
-            let expanded = expand::expand(&text, lookup).map_err(InvalidConfig::TokenStoreVariable)?;
+            let mut expanded = expand::expand(&text, lookup).map_err(InvalidConfig::TokenStoreVariable)?;
+            if let Some(rest) = expanded.strip_prefix("~/") {
+                let home =
+                    lookup("HOME").ok_or(InvalidConfig::TokenStoreVariable(ExpandError::Unset("HOME".into())))?;
+                expanded = format!("{home}/{rest}");
+            }
             if expanded.is_empty() {
                 return Err(InvalidConfig::EmptyTokenStore);
             }
