@@ -85,12 +85,15 @@ pub async fn start(config: &ServerConfig, store: &Path) -> Result<PendingLogin, 
     let redirect_uri = listener.redirect_uri();
     let previous = file.read().ok().flatten();
     let mut request = AuthorizationRequest::new(redirect_uri.clone()).with_client_name(CLIENT_NAME);
+    // The configured scopes and those the server asked for since; else what its challenge or metadata names.
     let mut scopes = client.scopes.clone();
     scopes.extend(previous.iter().flat_map(|grant| grant.wanted_scopes.iter().cloned()));
     if scopes.is_empty() {
-        request = request.with_initial_scope_selection();
-    } else {
-        request = request.with_scopes(dedup(scopes));
+        scopes = manager.select_initial_scopes(&[]).await;
+    }
+    let scopes = dedup(scopes);
+    if !scopes.is_empty() {
+        request = request.with_scopes(scopes.clone());
     }
     let mut client_secret = None;
     match identity(&client, &discovered.metadata) {
@@ -103,7 +106,7 @@ pub async fn start(config: &ServerConfig, store: &Path) -> Result<PendingLogin, 
         Identity::MetadataDocument(document) => request = request.with_client_metadata_url(document),
         Identity::Register => {
             let registered = manager
-                .register_client(CLIENT_NAME, &redirect_uri, &[])
+                .register_client(CLIENT_NAME, &redirect_uri, &scopes.iter().map(String::as_str).collect::<Vec<_>>())
                 .await
                 .map_err(|e| OAuthError::Registration { server: server.clone(), why: e.to_string() })?;
             request = request.with_preregistered_client(registered.client_id);
@@ -160,7 +163,8 @@ impl PendingLogin {
             .await
             .map_err(failed)?;
         let stored = self.file.read()?.and_then(|g| g.credentials);
-        let scopes = stored.map(|c| c.granted_scopes).unwrap_or_default();
+        let scopes =
+            stored.map(|c| c.granted_scopes).unwrap_or_default().into_iter().filter(|s| !s.is_empty()).collect();
         Ok(LoggedIn {
             issuer: self.issuer.clone(),
             scopes,

@@ -131,10 +131,12 @@ impl Credentials {
     /// The server asked for `required` (space-separated scopes) beyond the grant: the next login asks for
     /// the union.
     pub async fn want_scopes(&self, required: &str) {
+        // The token lacks them: the next request asks the file again (where a new login's token goes).
+        self.forget();
         let Some(file) = self.file.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return };
         let Ok(_lock) = file.lock().await else { return };
         let added = file.update(|grant| {
-            for scope in required.split_whitespace() {
+            for scope in required.split_whitespace().filter(|s| !s.is_empty()) {
                 if !grant.wanted_scopes.iter().any(|s| s == scope) {
                     grant.wanted_scopes.push(scope.to_string());
                 }
@@ -145,13 +147,15 @@ impl Credentials {
         }
     }
 
-    /// Waits until the server's token files change (a login in another process wrote them).
+    /// Waits until the server's token files change (a login in another process wrote them); the token
+    /// kept in memory is then forgotten, for the login's.
     pub async fn wait_for_login(&self) {
         let Some(store) = self.store.clone() else { return std::future::pending().await };
         let before = store::snapshot(&store, &self.server);
         loop {
             tokio::time::sleep(LOGIN_POLL).await;
             if store::snapshot(&store, &self.server) != before {
+                self.forget();
                 return;
             }
         }

@@ -447,3 +447,49 @@ fn loopback_target(url: &str) -> (u16, String) {
     let (port, target) = rest.split_at(rest.find('/').unwrap());
     (port.parse().unwrap(), target.to_string())
 }
+
+#[apply(integration_test!)]
+async fn client_credentials_buy_tokens_without_a_login_and_buy_a_new_one_when_it_expires() {
+    let Some(server) =
+        OAuthServer::start(&["--client-credentials", "robot:r0bot-secret", "--token-seconds", "3"]).await
+    else {
+        return;
+    };
+    let auth = "{type: client_credentials, client_id: robot, client_secret: '${ROBOT_SECRET}', scopes: [read]}";
+    let config = server.config(auth, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let ptc = Ptc::start_logging(&text, &[("ROBOT_SECRET", "r0bot-secret")], Some("trace")).await;
+    wait_for_status(&ptc, |row| row["connected"] == true).await;
+    let code = "import asyncio\nfor i in range(5):\n    print(await mcp__hosted__whoami(greeting=str(i)))\n    await asyncio.sleep(1)";
+    assert!(ptc.execute(code).await.expect_ok().contains("4, authorized caller"));
+    assert!(server.stats().await["client_credentials"].as_u64().unwrap() >= 2, "a new token before the first expired");
+    assert!(!server.store().exists(), "client credentials' tokens stay in memory");
+    let tokens = server.tokens_issued().await;
+    assert_no_token_in("the server's log", &ptc.log(), &tokens);
+    let login = ptc_command(&config, &["login", "hosted"], &[("ROBOT_SECRET".into(), "x".into())]).await;
+    assert_eq!(login.status, Some(1));
+    assert!(
+        login.stderr.contains("uses client credentials: it gets its tokens itself, no login needed"),
+        "{}",
+        login.stderr
+    );
+}
+
+#[apply(integration_test!)]
+async fn a_call_refused_for_a_missing_scope_makes_the_next_login_ask_for_the_union() {
+    let Some(server) = OAuthServer::start(&["--required-scope", "extra"]).await else { return };
+    let config = server.config("{type: oauth, scopes: [basic]}", "");
+    login(&server, &config).await;
+    let ptc = serve(&config).await;
+    let row = wait_for_status(&ptc, |row| row["error"].as_str().is_some_and(|e| e.contains("more scopes"))).await;
+    assert_eq!(
+        row["error"], "server 'hosted' needs login with more scopes (extra): run `ptc-mcp login hosted`",
+        "{row}"
+    );
+    assert_eq!(stored_grant(&server)["wanted_scopes"], json!(["extra"]));
+    let again = login(&server, &config).await;
+    assert!(again.stdout.contains("scopes basic extra"), "{}", again.stdout);
+    assert!(again.stdout.contains("scope=basic+extra"), "{}", again.stdout);
+    wait_for_status(&ptc, |row| row["connected"] == true).await;
+    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+}

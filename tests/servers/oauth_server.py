@@ -9,6 +9,11 @@ authorization server is FastMCP's own (protected-resource metadata, RFC 8414 met
 registration unless --no-registration, an /authorize that approves at once, rotating refresh tokens,
 revocation). --client registers a client ahead, with one redirect URI (as a provider's settings page does). The MCP endpoint is /mcp.
 
+Beyond FastMCP, for what it lacks: --client-credentials ID:SECRET answers the client credentials grant at
+/token for that client (FastMCP's token endpoint has no such grant); --required-scope S makes every call need
+scope S, and its `403 insufficient_scope` challenge names the scope in `scope=` (as RFC 6750 §3 lets servers
+do; FastMCP only names it in the description).
+
 Test hooks (no auth, loopback only):
     GET  /test/stats                   counts (registrations, codes, refreshes, revocations, mcp calls)
                                        and every token value ever issued, for tests that grep outputs
@@ -18,12 +23,18 @@ Test hooks (no auth, loopback only):
 
 import argparse
 import asyncio
+import json
+import re
+import secrets
 import socket
+import time
+import urllib.parse
 
 import uvicorn
 from fastmcp import FastMCP
 from fastmcp.server.auth.providers import in_memory
 from fastmcp.server.auth.providers.in_memory import InMemoryOAuthProvider
+from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOptions
 from mcp.shared.auth import OAuthClientInformationFull
 from starlette.requests import Request
@@ -35,7 +46,14 @@ class CountingProvider(InMemoryOAuthProvider):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.stats = {"registrations": 0, "codes": 0, "refreshes": 0, "revocations": 0, "tokens": []}
+        self.stats = {
+            "registrations": 0,
+            "codes": 0,
+            "refreshes": 0,
+            "revocations": 0,
+            "client_credentials": 0,
+            "tokens": [],
+        }
 
     async def register_client(self, client_info):
         self.stats["registrations"] += 1
@@ -58,6 +76,75 @@ class CountingProvider(InMemoryOAuthProvider):
         await super().revoke_token(token)
 
 
+class ClientCredentialsGrant:
+    """ASGI middleware: the client credentials grant at /token for one configured client."""
+
+    def __init__(self, app, provider, client, token_seconds):
+        self.app, self.provider, self.token_seconds = app, provider, token_seconds
+        self.client_id, _, self.secret = client.partition(":")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        form = dict(urllib.parse.parse_qsl(body.decode()))
+        if form.get("grant_type") != "client_credentials":
+            replayed = False
+
+            async def replay():
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            return await self.app(scope, replay, send)
+        if (form.get("client_id"), form.get("client_secret")) != (self.client_id, self.secret) or not form.get("resource"):
+            return await respond(send, 401, {"error": "invalid_client"})
+        token = f"test_access_token_cc_{secrets.token_hex(32)}"
+        scopes = form.get("scope", "").split()
+        self.provider.access_tokens[token] = AccessToken(
+            token=token, client_id=self.client_id, scopes=scopes, expires_at=int(time.time() + self.token_seconds)
+        )
+        self.provider.stats["client_credentials"] += 1
+        self.provider.stats["tokens"].append(token)
+        reply = {"access_token": token, "token_type": "Bearer", "expires_in": self.token_seconds, "scope": " ".join(scopes)}
+        await respond(send, 200, reply)
+
+
+class ScopeInChallenge:
+    """ASGI middleware: adds `scope="S"` to a 403 insufficient_scope challenge that names S in its description."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        async def send_with_scope(message):
+            if message["type"] == "http.response.start" and message["status"] == 403:
+                headers = []
+                for name, value in message["headers"]:
+                    required = re.search(rb'Required scope: ([^"]+)"', value)
+                    if name == b"www-authenticate" and required:
+                        value += b', scope="' + required.group(1) + b'"'
+                    headers.append((name, value))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_scope)
+
+
+async def respond(send, status, body):
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
@@ -65,6 +152,8 @@ def main():
     parser.add_argument("--no-registration", action="store_true")
     parser.add_argument("--client", help="a pre-registered client: ID or ID:SECRET")
     parser.add_argument("--client-redirect", help="the pre-registered client's one redirect URI")
+    parser.add_argument("--client-credentials", help="ID:SECRET of a client that may use the client credentials grant")
+    parser.add_argument("--required-scope", help="a scope every call needs")
     args = parser.parse_args()
     in_memory.DEFAULT_ACCESS_TOKEN_EXPIRY_SECONDS = args.token_seconds
 
@@ -77,6 +166,7 @@ def main():
         base_url=base,
         client_registration_options=ClientRegistrationOptions(enabled=not args.no_registration),
         revocation_options=RevocationOptions(enabled=True),
+        required_scopes=[args.required_scope] if args.required_scope else None,
     )
     if args.client:
         client_id, _, secret = args.client.partition(":")
@@ -111,7 +201,9 @@ def main():
         provider.refresh_tokens.clear()
         return JSONResponse({"ok": True})
 
-    app = mcp.http_app(path="/mcp")
+    app = ScopeInChallenge(mcp.http_app(path="/mcp"))
+    if args.client_credentials:
+        app = ClientCredentialsGrant(app, provider, args.client_credentials, args.token_seconds)
     sock.listen(128)  # connections queue from now on, before uvicorn starts accepting
     print(f"PORT {port}", flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
