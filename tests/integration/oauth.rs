@@ -24,6 +24,8 @@ const NOTICE_LIMIT: Duration = Duration::from_secs(20);
 struct OAuthServer {
     _child: Child,
     port: u16,
+    /// `http` or `sse`.
+    transport: &'static str,
     dir: TempDir,
 }
 
@@ -48,11 +50,13 @@ impl OAuthServer {
         let port = line.strip_prefix("PORT ").and_then(|p| p.parse().ok()).expect("a port line");
         // Keep reading (and dropping) its stdout so that it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
-        Some(OAuthServer { _child: child, port, dir: tempfile::tempdir().unwrap() })
+        let transport = if flags.contains(&"sse") { "sse" } else { "http" };
+        Some(OAuthServer { _child: child, port, transport, dir: tempfile::tempdir().unwrap() })
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        let path = if self.transport == "sse" { "/sse" } else { "/mcp" };
+        format!("http://127.0.0.1:{}{path}", self.port)
     }
 
     fn store(&self) -> PathBuf {
@@ -61,7 +65,8 @@ impl OAuthServer {
 
     /// A config with one server `hosted` guarded by it (`auth` as given, YAML) and the token store.
     fn config(&self, auth: &str, extra: &str) -> PathBuf {
-        let entry = format!("  - name: hosted\n    transport: http\n    url: {}\n    auth: {auth}\n", self.url());
+        let entry =
+            format!("  - name: hosted\n    transport: {}\n    url: {}\n    auth: {auth}\n", self.transport, self.url());
         let text = format!("{}oauth:\n  token_store: {}\n{extra}", config(&[entry], ""), self.store().display());
         let path = self.dir.path().join("config.yaml");
         std::fs::write(&path, text).unwrap();
@@ -492,4 +497,16 @@ async fn a_call_refused_for_a_missing_scope_makes_the_next_login_ask_for_the_uni
     assert!(again.stdout.contains("scope=basic+extra"), "{}", again.stdout);
     wait_for_status(&ptc, |row| row["connected"] == true).await;
     assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+}
+
+#[apply(integration_test!)]
+async fn a_legacy_sse_server_gets_the_same_tokens_and_renews_a_rejected_one() {
+    let Some(server) = OAuthServer::start(&["--transport", "sse"]).await else { return };
+    let config = server.config("oauth", "");
+    login(&server, &config).await;
+    let ptc = serve(&config).await;
+    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    server.hook("/test/forget-access-tokens").await;
+    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    assert_eq!(server.stats().await["refreshes"], 1);
 }

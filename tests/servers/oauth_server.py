@@ -7,7 +7,7 @@ Run with the venv from ci/test-deps.sh ($PTC_TEST_FASTMCP_PYTHON):
 It listens on 127.0.0.1 on a port the OS chooses (or --port) and prints `PORT <n>` as its first line. The
 authorization server is FastMCP's own (protected-resource metadata, RFC 8414 metadata, dynamic client
 registration unless --no-registration, an /authorize that approves at once, rotating refresh tokens,
-revocation). --client registers a client ahead, with one redirect URI (as a provider's settings page does). The MCP endpoint is /mcp.
+revocation). The MCP endpoint is /mcp (streamable HTTP), or /sse with --transport sse. --client registers a client ahead, with one redirect URI (as a provider's settings page does).
 
 Beyond FastMCP, for what it lacks: --client-credentials ID:SECRET answers the client credentials grant at
 /token for that client (FastMCP's token endpoint has no such grant); --required-scope S makes every call need
@@ -154,6 +154,7 @@ def main():
     parser.add_argument("--client-redirect", help="the pre-registered client's one redirect URI")
     parser.add_argument("--client-credentials", help="ID:SECRET of a client that may use the client credentials grant")
     parser.add_argument("--required-scope", help="a scope every call needs")
+    parser.add_argument("--transport", choices=["http", "sse"], default="http", help="sse: the legacy transport at /sse")
     args = parser.parse_args()
     in_memory.DEFAULT_ACCESS_TOKEN_EXPIRY_SECONDS = args.token_seconds
 
@@ -201,7 +202,10 @@ def main():
         provider.refresh_tokens.clear()
         return JSONResponse({"ok": True})
 
-    app = ScopeInChallenge(mcp.http_app(path="/mcp"))
+    if args.transport == "sse":
+        app = ScopeInChallenge(mcp.http_app(path="/sse", transport="sse"))
+    else:
+        app = ScopeInChallenge(mcp.http_app(path="/mcp"))
     if args.client_credentials:
         app = ClientCredentialsGrant(app, provider, args.client_credentials, args.token_seconds)
     sock.listen(128)  # connections queue from now on, before uvicorn starts accepting
