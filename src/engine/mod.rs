@@ -6,6 +6,7 @@ mod attachments;
 mod expiry;
 mod files;
 mod gate;
+mod login;
 mod output;
 mod pool;
 mod preview;
@@ -214,6 +215,10 @@ impl Engine {
     async fn run(&self, code: &str, caller: Caller, options: RunOptions) -> RunReport {
         let Caller { cancel, progress, approver, .. } = caller;
         let RunOptions { printed, servers_awaited } = options;
+        // Before the run's time starts: a person may take a while to log in.
+        if let Some(approver) = &approver {
+            login::log_in_where_needed(&self.registry, code, approver.as_ref(), [&cancel, &self.stopping]).await;
+        }
         let allowance = self.confirm.as_ref().map_or(Duration::ZERO, |policy| policy.timeout);
         let expiry = Expiry::new(self.settings.timeout(), allowance, cancel, self.stopping.clone());
         let _slot = match &self.gate {

@@ -70,6 +70,8 @@ pub struct Registry {
     /// Cancelled on shutdown: the supervisors close their sessions and stop.
     stop: CancellationToken,
     supervisors: Mutex<JoinSet<()>>,
+    /// Logins ptc-mcp starts itself (URL-mode elicitation), one at a time.
+    logins: tokio::sync::Mutex<()>,
 }
 
 /// How long the first listing or run after start-up waits for servers that are still connecting (see
@@ -123,6 +125,7 @@ impl Registry {
             settled: watch::Sender::new(0),
             stop: CancellationToken::new(),
             supervisors: Mutex::new(JoinSet::new()),
+            logins: tokio::sync::Mutex::new(()),
         });
         let mut supervisors = registry.supervisors.lock().unwrap_or_else(|e| e.into_inner());
         for server in &registry.servers {
@@ -292,6 +295,48 @@ impl Registry {
             ServerState::Starting { since } => {
                 Err(CallError::Starting { server: server_name, seconds: since.elapsed().as_secs() })
             }
+        }
+    }
+
+    /// The configured servers a person can log in to (`auth: oauth`) whose tool prefix `code` names.
+    pub fn login_servers_named_in(&self, code: &str) -> Vec<String> {
+        let interactive = |server: &&Arc<Server>| server.credentials.as_ref().is_some_and(|c| c.is_interactive());
+        let named = |server: &&Arc<Server>| code.contains(&server_prefix(&server.config.name));
+        self.servers.iter().filter(interactive).filter(named).map(|server| server.config.name.clone()).collect()
+    }
+
+    /// Whether server `name` needs login now.
+    pub fn needs_login(&self, name: &str) -> bool {
+        self.servers.iter().filter(|server| server.config.name == name).any(|server| {
+            matches!(
+                &*server.state.lock().unwrap_or_else(|e| e.into_inner()),
+                ServerState::Down { needs_login: true, .. }
+            )
+        })
+    }
+
+    /// The config of server `name` and its token folder, for a login.
+    pub fn login_target(&self, name: &str) -> Option<(ServerConfig, std::path::PathBuf)> {
+        let server = self.servers.iter().find(|server| server.config.name == name)?;
+        let store = server.credentials.as_ref()?.store()?.to_path_buf();
+        Some((server.config.clone(), store))
+    }
+
+    /// Held while a login started by ptc-mcp itself is under way: one at a time.
+    pub async fn login_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.logins.lock().await
+    }
+
+    /// Waits (at most `limit`) until server `name` is connected.
+    pub async fn wait_until_connected(&self, name: &str, limit: Duration) {
+        let connected = || {
+            self.servers.iter().filter(|server| server.config.name == name).any(|server| {
+                matches!(&*server.state.lock().unwrap_or_else(|e| e.into_inner()), ServerState::Up { .. })
+            })
+        };
+        let deadline = tokio::time::Instant::now() + limit;
+        while !connected() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

@@ -510,3 +510,71 @@ async fn a_legacy_sse_server_gets_the_same_tokens_and_renews_a_rejected_one() {
     assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
     assert_eq!(server.stats().await["refreshes"], 1);
 }
+
+/// An MCP client whose person opens every URL-mode elicitation's URL in the headless browser at once.
+#[derive(Clone)]
+struct OpensUrls {
+    urls: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for OpensUrls {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let capabilities = serde_json::from_value(json!({"elicitation": {"form": {}, "url": {}}})).unwrap();
+        rmcp::model::ClientConfig::new(capabilities, rmcp::model::Implementation::new("url-opener", "1.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::service::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let rmcp::model::ElicitRequestParams::UrlElicitationParams { url, .. } = request else {
+            return Ok(rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Decline));
+        };
+        self.urls.lock().unwrap().push(url.clone());
+        let mut browser = Command::new("python3")
+            .arg(repo_path("tests/clients/headless_browser.py"))
+            .arg(url)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the browser starts");
+        // The person comes back later: the answer goes out at once, as a client's "opened it" would.
+        tokio::spawn(async move { browser.wait().await });
+        Ok(rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept))
+    }
+}
+
+#[apply(integration_test!)]
+async fn a_client_with_url_elicitation_is_sent_to_the_login_and_the_program_then_runs() {
+    use rmcp::ServiceExt;
+    let Some(server) = OAuthServer::start(&[]).await else { return };
+    let config = server.config("oauth", "");
+    let mut child = Command::new(binary())
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let opener = OpensUrls { urls: Default::default() };
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = opener.clone().serve(transport).await.expect("initialize succeeds");
+    let params = rmcp::model::CallToolRequestParams::new("execute_program")
+        .with_arguments(json!({"code": format!("print(await {WHOAMI})")}).as_object().unwrap().clone());
+    let result =
+        tokio::time::timeout(Duration::from_secs(120), client.peer().call_tool(params)).await.unwrap().unwrap();
+    let text = text_block(&result, 0);
+    assert!(text.contains("hi, authorized caller"), "{text}");
+    let urls = opener.urls.lock().unwrap().clone();
+    assert_eq!(urls.len(), 1, "{urls:?}");
+    assert!(urls[0].starts_with(&format!("http://127.0.0.1:{}/authorize?", server.port)), "{urls:?}");
+    assert_eq!(server.stats().await["codes"], 1);
+    // Logged in for good: the next program runs without asking.
+    let params = rmcp::model::CallToolRequestParams::new("execute_program")
+        .with_arguments(json!({"code": format!("print(await {WHOAMI})")}).as_object().unwrap().clone());
+    let again = client.peer().call_tool(params).await.unwrap();
+    assert!(text_block(&again, 0).contains("hi, authorized caller"));
+    assert_eq!(opener.urls.lock().unwrap().len(), 1);
+}
