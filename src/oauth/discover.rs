@@ -9,6 +9,9 @@ use rmcp::transport::auth::{AuthorizationManager, AuthorizationMetadata};
 use super::OAuthError;
 use crate::registry::http_client;
 
+/// How long the unauthenticated request that fetches the challenge may take (rmcp bounds its own at 30 s).
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A server's authorization server, found.
 pub struct Discovered {
     /// rmcp's manager, its metadata set (and the `resource` of the protected-resource metadata recorded).
@@ -51,6 +54,7 @@ async fn challenge(server: &str, url: &str) -> Result<Option<String>, OAuthError
         .header(ACCEPT, "application/json, text/event-stream")
         .header(CONTENT_TYPE, "application/json")
         .body(ping.to_string())
+        .timeout(PROBE_TIMEOUT)
         .send()
         .await
         .map_err(|e| unreachable(crate::registry::describe_request_error(&e)))?;

@@ -39,12 +39,6 @@ pub struct Grant {
     pub credentials: Option<StoredCredentials>,
 }
 
-impl std::fmt::Debug for TokenFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenFile").field("path", &self.path).finish()
-    }
-}
-
 /// Why the token store could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -201,6 +195,13 @@ pub fn snapshot(dir: &Path, server: &str) -> Vec<(PathBuf, u64, Option<std::time
         .collect();
     files.sort();
     files
+}
+
+/// Only the path: never the tokens.
+impl std::fmt::Debug for TokenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenFile").field("path", &self.path).finish()
+    }
 }
 
 /// A held lock of a token file.

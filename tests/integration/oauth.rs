@@ -158,6 +158,17 @@ async fn serve(config: &Path) -> Ptc {
 
 const WHOAMI: &str = "mcp__hosted__whoami(greeting='hi')";
 
+/// The server started with `flags`, a login to it (`auth: oauth`), and a ptc-mcp serving on that config whose
+/// first call went through; `None` (skipped) without FastMCP.
+async fn logged_in_and_serving(flags: &[&str]) -> Option<(OAuthServer, PathBuf, Ptc)> {
+    let server = OAuthServer::start(flags).await?;
+    let config = server.config("oauth", "");
+    login(&server, &config).await;
+    let ptc = serve(&config).await;
+    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    Some((server, config, ptc))
+}
+
 /// Polls `server_status()` until `check` holds on the `hosted` row (at most [`NOTICE_LIMIT`]).
 async fn wait_for_status(ptc: &Ptc, check: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + NOTICE_LIMIT;
@@ -263,11 +274,7 @@ async fn short_lived_tokens_are_refreshed_inside_a_run_and_each_rotated_refresh_
 
 #[apply(integration_test!)]
 async fn a_rejected_token_is_renewed_once_for_all_the_calls_that_met_the_rejection() {
-    let Some(server) = OAuthServer::start(&[]).await else { return };
-    let config = server.config("oauth", "");
-    login(&server, &config).await;
-    let ptc = serve(&config).await;
-    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    let Some((server, _config, ptc)) = logged_in_and_serving(&[]).await else { return };
     // The server forgets its access tokens: the next calls all get a 401 with the same token.
     server.hook("/test/forget-access-tokens").await;
     let program = "import asyncio\nrs = await asyncio.gather(*[mcp__hosted__whoami(greeting=str(i)) for i in range(4)])\nprint(len(rs))";
@@ -294,11 +301,7 @@ async fn two_processes_renewing_at_once_spend_the_rotating_refresh_token_once() 
 
 #[apply(integration_test!)]
 async fn revoked_tokens_make_the_server_need_login_at_once_and_a_new_login_brings_it_back() {
-    let Some(server) = OAuthServer::start(&[]).await else { return };
-    let config = server.config("oauth", "");
-    login(&server, &config).await;
-    let ptc = serve(&config).await;
-    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    let Some((server, config, ptc)) = logged_in_and_serving(&[]).await else { return };
     server.hook("/test/revoke-all").await;
     let started = std::time::Instant::now();
     let failed = ptc.outcome(WHOAMI).await;
@@ -501,11 +504,7 @@ async fn a_call_refused_for_a_missing_scope_makes_the_next_login_ask_for_the_uni
 
 #[apply(integration_test!)]
 async fn a_legacy_sse_server_gets_the_same_tokens_and_renews_a_rejected_one() {
-    let Some(server) = OAuthServer::start(&["--transport", "sse"]).await else { return };
-    let config = server.config("oauth", "");
-    login(&server, &config).await;
-    let ptc = serve(&config).await;
-    assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
+    let Some((server, _config, ptc)) = logged_in_and_serving(&["--transport", "sse"]).await else { return };
     server.hook("/test/forget-access-tokens").await;
     assert_eq!(ptc.outcome(WHOAMI).await, "'hi, authorized caller'");
     assert_eq!(server.stats().await["refreshes"], 1);
@@ -549,32 +548,24 @@ async fn a_client_with_url_elicitation_is_sent_to_the_login_and_the_program_then
     use rmcp::ServiceExt;
     let Some(server) = OAuthServer::start(&[]).await else { return };
     let config = server.config("oauth", "");
-    let mut child = Command::new(binary())
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = stdio_child(&config);
     let opener = OpensUrls { urls: Default::default() };
     let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
     let client = opener.clone().serve(transport).await.expect("initialize succeeds");
-    let params = rmcp::model::CallToolRequestParams::new("execute_program")
-        .with_arguments(json!({"code": format!("print(await {WHOAMI})")}).as_object().unwrap().clone());
-    let result =
-        tokio::time::timeout(Duration::from_secs(120), client.peer().call_tool(params)).await.unwrap().unwrap();
-    let text = text_block(&result, 0);
+    let run_whoami = async || {
+        let code = json!({"code": format!("print(await {WHOAMI})")});
+        let params = rmcp::model::CallToolRequestParams::new("execute_program")
+            .with_arguments(code.as_object().unwrap().clone());
+        let result = tokio::time::timeout(Duration::from_secs(120), client.peer().call_tool(params));
+        text_block(&result.await.unwrap().unwrap(), 0)
+    };
+    let text = run_whoami().await;
     assert!(text.contains("hi, authorized caller"), "{text}");
     let urls = opener.urls.lock().unwrap().clone();
     assert_eq!(urls.len(), 1, "{urls:?}");
     assert!(urls[0].starts_with(&format!("http://127.0.0.1:{}/authorize?", server.port)), "{urls:?}");
     assert_eq!(server.stats().await["codes"], 1);
     // Logged in for good: the next program runs without asking.
-    let params = rmcp::model::CallToolRequestParams::new("execute_program")
-        .with_arguments(json!({"code": format!("print(await {WHOAMI})")}).as_object().unwrap().clone());
-    let again = client.peer().call_tool(params).await.unwrap();
-    assert!(text_block(&again, 0).contains("hi, authorized caller"));
+    assert!(run_whoami().await.contains("hi, authorized caller"));
     assert_eq!(opener.urls.lock().unwrap().len(), 1);
 }
