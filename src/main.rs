@@ -106,6 +106,9 @@ fn main() -> ExitCode {
             return ExitCode::from(CONFIG_ERROR);
         }
     };
+    if let ptc_mcp::config::ConfigSource::File(path) = &source {
+        ptc_mcp::oauth::set_config_file(path);
+    }
     protect_from_same_user_processes();
     let runtime = match runtime_for(cli.command.as_ref()) {
         Ok(runtime) => runtime,

@@ -34,6 +34,7 @@ pub async fn discover(server: &str, url: &str) -> Result<Discovered, OAuthError>
         return Err(OAuthError::NoMetadata { server: server.into() });
     }
     let mut metadata = resolution.metadata;
+    check_metadata(&metadata).map_err(|why| OAuthError::Discovery { server: server.into(), why })?;
     prefer_secret_in_body(&mut metadata);
     let issuer = metadata.issuer.clone().unwrap_or_else(|| {
         reqwest::Url::parse(&metadata.authorization_endpoint)
@@ -64,6 +65,34 @@ async fn challenge(server: &str, url: &str) -> Result<Option<String>, OAuthError
     Ok(response.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).map(str::to_string))
 }
 
+/// What the MCP authorization spec asks a client to refuse: an authorization server that does not say it
+/// supports PKCE with S256 (rmcp only warns when the list is missing), and endpoints that are not HTTPS
+/// (loopback excepted: a server on this machine).
+fn check_metadata(metadata: &AuthorizationMetadata) -> Result<(), String> {
+    let methods = metadata.code_challenge_methods_supported.as_deref().unwrap_or_default();
+    if !methods.iter().any(|m| m == "S256") {
+        return Err("its metadata does not list PKCE method S256 in code_challenge_methods_supported, which MCP \
+                    authorization requires"
+            .into());
+    }
+    let endpoints = [
+        Some(&metadata.authorization_endpoint),
+        Some(&metadata.token_endpoint),
+        metadata.registration_endpoint.as_ref(),
+    ];
+    for endpoint in endpoints.into_iter().flatten() {
+        let Ok(url) = reqwest::Url::parse(endpoint) else {
+            return Err(format!("its endpoint {endpoint} is not a URL"));
+        };
+        let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+        let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if url.scheme() != "https" && !loopback {
+            return Err(format!("its endpoint {} is not HTTPS", url.origin().ascii_serialization()));
+        }
+    }
+    Ok(())
+}
+
 /// A client with a secret sends it in the token request's body (`client_secret_post`) when the authorization
 /// server takes that, rather than in HTTP Basic (rmcp's choice when both are listed): the MCP Python SDK's
 /// authorization servers (FastMCP's) read `client_id` from the body even with Basic, and refuse without it.
@@ -78,6 +107,26 @@ fn prefer_secret_in_body(metadata: &mut AuthorizationMetadata) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn metadata(endpoint: &str, methods: Option<&[&str]>) -> AuthorizationMetadata {
+        let mut metadata = AuthorizationMetadata::default();
+        metadata.authorization_endpoint = format!("{endpoint}/authorize");
+        metadata.token_endpoint = format!("{endpoint}/token");
+        metadata.code_challenge_methods_supported = methods.map(|m| m.iter().map(|s| s.to_string()).collect());
+        metadata
+    }
+
+    #[test]
+    fn servers_without_s256_or_https_are_refused() {
+        assert_eq!(check_metadata(&metadata("https://as.example", Some(&["S256"]))), Ok(()));
+        assert_eq!(check_metadata(&metadata("http://127.0.0.1:8000", Some(&["plain", "S256"]))), Ok(()));
+        assert!(check_metadata(&metadata("https://as.example", None)).unwrap_err().contains("S256"));
+        assert!(check_metadata(&metadata("https://as.example", Some(&["plain"]))).unwrap_err().contains("S256"));
+        assert_eq!(
+            check_metadata(&metadata("http://as.example", Some(&["S256"]))),
+            Err("its endpoint http://as.example is not HTTPS".into())
+        );
+    }
 
     #[test]
     fn a_secret_goes_in_the_body_where_the_server_takes_it_there() {

@@ -13,7 +13,11 @@
 //! - **`resource`** (RFC 8707): sent on the authorization request, the code exchange and every refresh; its
 //!   value is the protected-resource metadata's `resource`, else the server URL. rmcp's client credentials
 //!   grant needs it passed in: we pass the server URL.
-//! - **PKCE**: always S256; rmcp refuses an authorization server that lists methods without S256.
+//! - **PKCE**: always S256; rmcp refuses an authorization server that lists methods without S256 but only
+//!   warns when the list is missing, which the MCP spec says to refuse: [`discover`] does (and refuses
+//!   authorization-server endpoints that are not HTTPS, loopback excepted).
+//! - **Client authentication**: with a secret, rmcp sends it by HTTP Basic when the metadata lists Basic
+//!   and post; [`discover`] makes it post (the MCP Python SDK's servers read `client_id` from the body).
 //! - **`state`**: rmcp keys its PKCE verifier by it; the loopback listener ([`callback`]) also refuses any
 //!   redirect whose `state` is not this login's (and keeps waiting), before rmcp sees it.
 //! - **`iss`** (RFC 9207): checked against the metadata's issuer when the redirect carries it, and required
@@ -109,12 +113,28 @@ pub enum OAuthError {
     Store(#[from] StoreError),
 }
 
+/// The config file this process loaded, for [`login_hint`] (set once, at start).
+static CONFIG_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Records the config file this process loaded: the login command it suggests names it, so that it works
+/// from any shell (a client such as Claude Code may have started ptc-mcp with `--config` elsewhere).
+pub fn set_config_file(path: &std::path::Path) {
+    let _ = CONFIG_FILE.set(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+}
+
 /// The command that fixes a server that needs login.
 pub fn login_hint(server: &str) -> String {
-    if server.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        format!("ptc-mcp login {server}")
+    let config =
+        CONFIG_FILE.get().map(|path| format!(" --config {}", shell_word(&path.to_string_lossy()))).unwrap_or_default();
+    format!("ptc-mcp login {}{config}", shell_word(server))
+}
+
+/// `word` as a shell reads it back: as it is when it is plain, else in single quotes.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)) {
+        word.to_string()
     } else {
-        format!("ptc-mcp login '{}'", server.replace('\'', "'\\''"))
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -139,6 +159,8 @@ mod tests {
     fn the_hint_is_a_command_a_shell_takes_as_it_is() {
         assert_eq!(login_hint("linear"), "ptc-mcp login linear");
         assert_eq!(login_hint("my server"), "ptc-mcp login 'my server'");
+        assert_eq!(shell_word("/home/me/my config.yaml"), "'/home/me/my config.yaml'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
     }
 
     #[test]

@@ -156,6 +156,16 @@ async fn serve(config: &Path) -> Ptc {
     Ptc::start_logging(&text, &[], Some("trace")).await
 }
 
+/// The command a server that needs login names, for a ptc-mcp that loaded `config`.
+fn login_command(config: &Path) -> String {
+    format!("ptc-mcp login hosted --config {}", config.display())
+}
+
+/// Where [`serve`]'s ptc-mcp has its config.
+fn config_of(ptc: &Ptc) -> PathBuf {
+    ptc.dir.path().join("config.yaml")
+}
+
 const WHOAMI: &str = "mcp__hosted__whoami(greeting='hi')";
 
 /// The server started with `flags`, a login to it (`auth: oauth`), and a ptc-mcp serving on that config whose
@@ -199,16 +209,22 @@ async fn a_login_lets_a_running_server_call_the_hosted_server_and_no_token_is_sh
     let check = ptc_command(&config, &["check"], &[]).await;
     assert_eq!(check.status, Some(1), "{}", check.stdout);
     let row = check.stdout.lines().find(|l| l.starts_with("hosted")).unwrap_or_default().to_string();
-    assert!(row.contains("needs login") && row.contains("run `ptc-mcp login hosted`"), "{}", check.stdout);
+    let command = format!("run `{}`", login_command(&config));
+    assert!(row.contains("needs login") && row.contains(&command), "{}", check.stdout);
     let ptc = serve(&config).await;
     let before = wait_for_status(&ptc, |row| row["error"].as_str().is_some_and(|e| e.contains("needs login"))).await;
-    assert_eq!(before["error"], "server 'hosted' needs login: run `ptc-mcp login hosted`", "{before}");
+    let needs_login = format!("server 'hosted' needs login: run `{}`", login_command(&config_of(&ptc)));
+    assert_eq!(before["error"], needs_login.as_str(), "{before}");
     let refused = ptc.execute(&format!("print(await {WHOAMI})")).await.expect_error();
-    assert!(refused.contains("its server 'hosted' needs login: run `ptc-mcp login hosted`"), "{refused}");
+    assert!(refused.contains(&format!("its {needs_login}")), "{refused}");
 
     let logged_in = login(&server, &config).await;
     assert!(logged_in.stdout.contains("open this URL in a browser:\n\n  http://127.0.0.1:"), "{}", logged_in.stdout);
     assert!(logged_in.stdout.contains("ptc-mcp: 'hosted' logged in at http://127.0.0.1:"), "{}", logged_in.stdout);
+    // PKCE S256, and the resource indicator naming the server (RFC 8707).
+    let resource = format!("&resource=http%3A%2F%2F127.0.0.1%3A{}%2Fmcp", server.port);
+    assert!(logged_in.stdout.contains("&code_challenge_method=S256&"), "{}", logged_in.stdout);
+    assert!(logged_in.stdout.contains(&resource), "{}", logged_in.stdout);
     assert!(logged_in.stdout.contains("refreshed automatically"), "{}", logged_in.stdout);
     let files: Vec<_> = std::fs::read_dir(server.store()).unwrap().map(|e| e.unwrap().path()).collect();
     let token_file = files.iter().find(|p| p.extension().is_some_and(|e| e == "json")).expect("a token file");
@@ -305,14 +321,15 @@ async fn revoked_tokens_make_the_server_need_login_at_once_and_a_new_login_bring
     server.hook("/test/revoke-all").await;
     let started = std::time::Instant::now();
     let failed = ptc.outcome(WHOAMI).await;
-    assert_eq!(failed, "ToolError: server 'hosted' needs login: run `ptc-mcp login hosted`");
+    let needs_login = format!("server 'hosted' needs login: run `{}`", login_command(&config_of(&ptc)));
+    assert_eq!(failed, format!("ToolError: {needs_login}"));
     assert!(started.elapsed() < NOTICE_LIMIT, "no hang: {:?}", started.elapsed());
     let row = wait_for_status(&ptc, |row| row["connected"] == false).await;
-    assert_eq!(row["error"], "server 'hosted' needs login: run `ptc-mcp login hosted`");
+    assert_eq!(row["error"], needs_login.as_str());
     let refreshes = server.stats().await["refreshes"].clone();
     // Later calls fail at once, without asking the authorization server again (no retry storm).
     let again = ptc.execute(&format!("print(await {WHOAMI})")).await.expect_error();
-    assert!(again.contains("needs login: run `ptc-mcp login hosted`"), "{again}");
+    assert!(again.contains(&needs_login), "{again}");
     assert_eq!(server.stats().await["refreshes"], refreshes);
     login(&server, &config).await;
     wait_for_status(&ptc, |row| row["connected"] == true).await;
@@ -491,7 +508,9 @@ async fn a_call_refused_for_a_missing_scope_makes_the_next_login_ask_for_the_uni
     let ptc = serve(&config).await;
     let row = wait_for_status(&ptc, |row| row["error"].as_str().is_some_and(|e| e.contains("more scopes"))).await;
     assert_eq!(
-        row["error"], "server 'hosted' needs login with more scopes (extra): run `ptc-mcp login hosted`",
+        row["error"],
+        format!("server 'hosted' needs login with more scopes (extra): run `{}`", login_command(&config_of(&ptc)))
+            .as_str(),
         "{row}"
     );
     assert_eq!(stored_grant(&server)["wanted_scopes"], json!(["extra"]));
