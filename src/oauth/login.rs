@@ -60,9 +60,10 @@ impl std::fmt::Display for LoggedIn {
         };
         write!(
             f,
-            "logged in at {}: scopes {scopes}; access token {expiry}, {refresh}; tokens in {}",
+            "logged in at {}: scopes {scopes}; access token {expiry}, {refresh}; tokens in {} ({:.1}s)",
             self.issuer,
-            self.token_file.display()
+            self.token_file.display(),
+            self.took.as_secs_f64()
         )
     }
 }

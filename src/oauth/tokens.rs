@@ -100,10 +100,6 @@ impl Credentials {
         }))
     }
 
-    pub fn server(&self) -> &str {
-        &self.server
-    }
-
     /// Whether a person can log in for this server (the authorization code flow).
     pub fn is_interactive(&self) -> bool {
         matches!(self.auth, AuthConfig::OAuth(_))

@@ -33,7 +33,7 @@ use crate::oauth::Credentials;
 pub use call_error::{CallError, Failure};
 pub use catalog::{Catalog, ShapeSlots, ToolEntry};
 use liveness::LossKind;
-pub use remote::{ClientSetupError, client as http_client, describe as describe_request_error};
+pub use remote::{client as http_client, describe as describe_request_error};
 
 /// The connection state of one server.
 enum ServerState {

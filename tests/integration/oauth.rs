@@ -286,6 +286,7 @@ async fn short_lived_tokens_are_refreshed_inside_a_run_and_each_rotated_refresh_
     let tokens = server.tokens_issued().await;
     let last_refresh = tokens.iter().rev().find(|t| t.starts_with("test_refresh_token_")).unwrap();
     assert_eq!(stored_grant(&server)["credentials"]["token_response"]["refresh_token"], last_refresh.as_str());
+    assert_no_token_in("the server's trace-level log across refreshes", &ptc.log(), &tokens);
 }
 
 #[apply(integration_test!)]
@@ -297,6 +298,7 @@ async fn a_rejected_token_is_renewed_once_for_all_the_calls_that_met_the_rejecti
     let (a, b) = tokio::join!(ptc.execute(program), ptc.execute(program));
     assert_eq!((a.expect_ok().lines().nth(1), b.expect_ok().lines().nth(1)), (Some("4"), Some("4")));
     assert_eq!(server.stats().await["refreshes"], 1, "two programs, eight calls, one refresh");
+    assert_no_token_in("the server's trace-level log after a 401", &ptc.log(), &server.tokens_issued().await);
 }
 
 #[apply(integration_test!)]
