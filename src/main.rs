@@ -71,6 +71,7 @@ enum Command {
     /// platform's opener), wait up to 5 minutes for the browser to come back to a loopback port, and store the
     /// tokens (mode 0600, under oauth.token_store). Running ptc-mcp instances pick them up at once.
     Login {
+        /// The server's name in the config.
         #[arg(value_name = "NAME")]
         name: String,
         /// Only print the URL (open it on any machine whose browser can reach this one's 127.0.0.1).
@@ -80,6 +81,7 @@ enum Command {
     /// Log out of a server with `auth: oauth`: revoke its tokens where the server supports revocation, and
     /// delete them.
     Logout {
+        /// The server's name in the config.
         #[arg(value_name = "NAME")]
         name: String,
     },

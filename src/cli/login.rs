@@ -4,7 +4,7 @@
 
 use std::process::Stdio;
 
-use crate::config::{Config, ServerConfig};
+use crate::config::{AuthConfig, Config, ServerConfig};
 use crate::oauth::{self, OAuthError, login::APPROVAL_WAIT};
 
 use super::{CONFIG_ERROR, FAILURE, INTERRUPTED, SUCCESS, print_err, print_out};
@@ -15,6 +15,10 @@ pub async fn login(config: &Config, name: &str, open_browser: bool) -> u8 {
         Ok(found) => found,
         Err(status) => return status,
     };
+    if let Some(AuthConfig::ClientCredentials(_)) = &server.auth {
+        print_err(&format!("ptc-mcp: {}\n", OAuthError::NotInteractive { server: name.into() }));
+        return CONFIG_ERROR;
+    }
     let login = async {
         let pending = oauth::login::start(server, &store).await?;
         print_out(&format!(

@@ -494,7 +494,7 @@ async fn client_credentials_buy_tokens_without_a_login_and_buy_a_new_one_when_it
     let tokens = server.tokens_issued().await;
     assert_no_token_in("the server's log", &ptc.log(), &tokens);
     let login = ptc_command(&config, &["login", "hosted"], &[("ROBOT_SECRET".into(), "x".into())]).await;
-    assert_eq!(login.status, Some(1));
+    assert_eq!(login.status, Some(2));
     assert!(
         login.stderr.contains("uses client credentials: it gets its tokens itself, no login needed"),
         "{}",
