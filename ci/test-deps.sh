@@ -25,6 +25,8 @@
 #                               (fs.globSync), newer than many machines' (this one's is 20)
 #   PTC_TEST_FILESYSTEM_SERVER  server-filesystem's JS entry point, run with `node DIR...` (the directories
 #                               it may read and write)
+#   PTC_TEST_FASTMCP_PYTHON     a python with FastMCP (its own venv, fastmcp-venv/); runs
+#                               tests/servers/oauth_server.py, an OAuth-protected server
 set -euo pipefail
 
 # Pins, all verified together (Python 3.11, Node 20). mcp-server-time 2026.x requires mcp>=2.3,<3,
@@ -36,6 +38,9 @@ SERVER_EVERYTHING_VERSION=2026.8.31
 CONFORMANCE_VERSION=0.1.16
 CONFORMANCE_NODE_VERSION=22.23.3
 SERVER_FILESYSTEM_VERSION=2026.8.31
+# FastMCP's in-memory OAuth provider guards the OAuth tests' server. Its own venv: its dependencies must not
+# move the pins above.
+FASTMCP_VERSION=4.2.3
 
 log() { printf 'test-deps: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -83,6 +88,28 @@ else
         || die "the venv cannot import mcp / mcp_server_time after install"
     [[ -x $venv/bin/mcp-server-time ]] || die "$venv/bin/mcp-server-time missing after install"
     printf '%s' "$py_pins" >"$py_stamp"
+fi
+
+# --- Python: FastMCP, in a venv of its own ------------------------------------------------------
+fastmcp_venv=$dir/fastmcp-venv
+fastmcp_pin="fastmcp==$FASTMCP_VERSION"
+fastmcp_stamp=$fastmcp_venv/.ptc-test-deps
+
+if [[ -f $fastmcp_stamp && $(<"$fastmcp_stamp") == "$fastmcp_pin" ]] && "$fastmcp_venv/bin/python" -c '' 2>/dev/null; then
+    log "python: $fastmcp_pin already in $fastmcp_venv"
+else
+    if ! "$fastmcp_venv/bin/python" -c '' 2>/dev/null; then
+        log "python: creating venv $fastmcp_venv"
+        rm -rf "$fastmcp_venv"
+        "$python" -m venv "$fastmcp_venv" >&2
+    fi
+    log "python: installing $fastmcp_pin"
+    rm -f "$fastmcp_stamp"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+        "$fastmcp_venv/bin/python" -m pip install --quiet "$fastmcp_pin" >&2
+    "$fastmcp_venv/bin/python" -c 'import fastmcp.server.auth.providers.in_memory' \
+        || die "the FastMCP venv cannot import fastmcp after install"
+    printf '%s' "$fastmcp_pin" >"$fastmcp_stamp"
 fi
 
 # --- npm: the reference servers ------------------------------------------------------------
@@ -152,4 +179,5 @@ printf 'export %s=%q\n' \
     PTC_TEST_EVERYTHING_SERVER "$everything_js" \
     PTC_TEST_CONFORMANCE "$conformance_js" \
     PTC_TEST_CONFORMANCE_NODE "$conformance_node" \
-    PTC_TEST_FILESYSTEM_SERVER "$filesystem_js"
+    PTC_TEST_FILESYSTEM_SERVER "$filesystem_js" \
+    PTC_TEST_FASTMCP_PYTHON "$fastmcp_venv/bin/python"

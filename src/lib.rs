@@ -15,6 +15,7 @@ pub mod input_required;
 pub mod lines;
 pub mod metrics;
 pub mod naming;
+pub mod oauth;
 pub mod owner;
 pub mod precheck;
 pub mod progress;

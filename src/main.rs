@@ -67,6 +67,24 @@ enum Command {
         #[arg(value_name = "FILE|-")]
         file: PathBuf,
     },
+    /// Log in to a server with `auth: oauth`: print its authorization URL, open it in $BROWSER (else the
+    /// platform's opener), wait up to 5 minutes for the browser to come back to a loopback port, and store the
+    /// tokens (mode 0600, under oauth.token_store). Running ptc-mcp instances pick them up at once.
+    Login {
+        /// The server's name in the config.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Only print the URL (open it on any machine whose browser can reach this one's 127.0.0.1).
+        #[arg(long)]
+        no_browser: bool,
+    },
+    /// Log out of a server with `auth: oauth`: revoke its tokens where the server supports revocation, and
+    /// delete them.
+    Logout {
+        /// The server's name in the config.
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
     /// Print the seatbelt profile exactly as a run would use it (the text `sandbox-exec -p` gets, after
     /// comments that give its -D parameters), for execution.python; works on any OS, so the profile can be
     /// read and checked without a Mac.
@@ -90,6 +108,9 @@ fn main() -> ExitCode {
             return ExitCode::from(CONFIG_ERROR);
         }
     };
+    if let ptc_mcp::config::ConfigSource::File(path) = &source {
+        ptc_mcp::oauth::set_config_file(path);
+    }
     protect_from_same_user_processes();
     let runtime = match runtime_for(cli.command.as_ref()) {
         Ok(runtime) => runtime,
@@ -110,6 +131,8 @@ fn main() -> ExitCode {
                 cli::tools(&config, &ToolsArgs { query, signatures, json }).await
             }
             Some(Command::Run { file }) => cli::run(&config, &file).await,
+            Some(Command::Login { name, no_browser }) => cli::login(&config, &name, !no_browser).await,
+            Some(Command::Logout { name }) => cli::logout(&config, &name).await,
             Some(Command::SandboxProfile { sandbox }) => cli::sandbox_profile(&sandbox, &config).await,
         }
     });
@@ -139,16 +162,18 @@ fn default_log_level(cli: &Cli) -> &'static str {
 fn init_logging(level: &str) {
     // rmcp's HTTP worker logs every failed connection attempt at ERROR, with the full URL (whose query may
     // hold a secret); the registry already says why a server is unavailable, once per distinct reason. So
-    // it stays off unless RUST_LOG names it.
+    // it stays off unless RUST_LOG names it. rmcp's OAuth module logs authorization codes at DEBUG: it
+    // never goes below INFO, whatever RUST_LOG says.
     const WORKER: &str = "rmcp::transport::worker";
     let default = format!("{level},rmcp=warn");
-    let mut directives =
-        std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.clone());
+    let requested = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.clone());
+    let mut directives = ptc_mcp::oauth::clamp_log_directives(&requested);
     if !directives.contains(WORKER) {
         directives.push_str(&format!(",{WORKER}=off"));
     }
+    let fallback = ptc_mcp::oauth::clamp_log_directives(&format!("{default},{WORKER}=off"));
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},{WORKER}=off")));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(fallback));
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_ansi(false).init();
 }
 

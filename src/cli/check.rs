@@ -60,6 +60,7 @@ impl Row {
     fn new(name: String, status: &ServerStatus, settled_after: Option<Duration>) -> Row {
         let status_word = match (status.connected, settled_after) {
             (true, _) => "connected",
+            (false, _) if status.needs_login => "needs login",
             (false, Some(_)) => "unavailable",
             (false, None) => "starting",
         };
@@ -96,8 +97,13 @@ mod tests {
 
     #[test]
     fn the_table_has_one_aligned_row_per_server_with_the_error_in_words() {
-        let up = ServerStatus { connected: true, tools: 3, error: None };
-        let down = ServerStatus { connected: false, tools: 0, error: Some("exited with status 1: boom".into()) };
+        let up = ServerStatus { connected: true, tools: 3, error: None, needs_login: false };
+        let down = ServerStatus {
+            connected: false,
+            tools: 0,
+            error: Some("exited with status 1: boom".into()),
+            needs_login: false,
+        };
         let rows = [
             Row::new("financial-data".into(), &up, Some(Duration::from_millis(420))),
             Row::new("db".into(), &down, Some(Duration::from_secs(2))),

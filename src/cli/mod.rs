@@ -1,4 +1,4 @@
-//! The shell commands: `check`, `tools`, `run`, `sandbox-profile` and `--check-sandbox`. Results go to stdout, logs to stderr;
+//! The shell commands: `check`, `tools`, `run`, `login`, `logout`, `sandbox-profile` and `--check-sandbox`. Results go to stdout, logs to stderr;
 //! each returns the process's exit status, and each shuts down what it started however it ended: done, its
 //! output's reader gone (`| head -1`), or stopped by SIGINT or SIGTERM.
 
@@ -11,6 +11,7 @@ use crate::config::Config;
 
 mod check;
 mod listen;
+mod login;
 mod run;
 mod sandbox;
 mod sandbox_profile;
@@ -18,6 +19,7 @@ mod tools;
 
 pub use check::check;
 pub use listen::{NotAnAddress, listen_address};
+pub use login::{login, logout};
 pub use run::run;
 pub use sandbox::check_sandbox;
 pub use sandbox_profile::sandbox_profile;

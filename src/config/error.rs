@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use ptc_backends::DockerSettingsError;
 
+use super::auth::AuthConfigError;
 use super::expand::ExpandError;
 use super::logging::LoggingError;
 use super::serve::HttpConfigError;
@@ -75,6 +76,16 @@ pub enum InvalidConfig {
          or control characters?)"
     )]
     HeaderValue { key: String, name: String },
+    #[error("{key}.{source}")]
+    Auth {
+        key: String,
+        #[source]
+        source: AuthConfigError,
+    },
+    #[error("oauth.token_store: {0}")]
+    TokenStoreVariable(#[source] ExpandError),
+    #[error("oauth.token_store: must be a path (or leave the key out for the default)")]
+    EmptyTokenStore,
     #[error("tools: 'allow' and 'block' are mutually exclusive; use one of them")]
     AllowAndBlock,
     #[error("tools.{key}[{index}]: bad glob '{pattern}': {source}")]

@@ -1,6 +1,7 @@
 //! The YAML configuration: where it is found, its keys and defaults (those of the original ptc-mcp plus a
 //! few additions), and strict validation whose errors name the key and say what is expected.
 
+mod auth;
 mod budget;
 mod error;
 mod expand;
@@ -18,6 +19,7 @@ pub use ptc_backends::{DockerSettings, Limits, SandboxKind};
 use serde::Deserialize;
 
 use crate::naming::identifier_part;
+pub use auth::{AuthConfig, AuthConfigError, ClientCredentials, OAuthClient, OAuthConfig};
 pub use error::{BadSeconds, ConfigError, InvalidConfig};
 pub use expand::ExpandError;
 pub use logging::{LoggingConfig, LoggingError};
@@ -41,6 +43,8 @@ pub struct Config {
     pub serve: ServeConfig,
     #[serde(default)]
     pub logging: LoggingConfig,
+    #[serde(default)]
+    pub oauth: OAuthConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -81,6 +85,8 @@ pub struct ServerConfig {
     pub url: Option<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, Scalar>,
+    /// `http` / `sse`: how the bearer token is obtained (OAuth), instead of a static `Authorization` header.
+    pub auth: Option<AuthConfig>,
     /// How long the server may take to start: to answer its first message, finish the handshake and list
     /// its tools.
     #[serde(default = "default_connect_timeout_seconds")]
@@ -300,7 +306,7 @@ impl Config {
 
     fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), InvalidConfig> {
         self.serve.http.expand_token(lookup)?;
-        for server in &mut self.servers {
+        for (i, server) in self.servers.iter_mut().enumerate() {
             let name = server.name.clone();
             let expand_one = |key: &str, text: &str| {
                 expand::expand(text, lookup).map_err(|source| InvalidConfig::Variable {
@@ -321,6 +327,23 @@ impl Config {
             for (key, value) in server.env.iter_mut().chain(server.headers.iter_mut()) {
                 *value = Scalar::Text(expand_one(key, &value.as_text())?);
             }
+            if let Some(auth) = &mut server.auth {
+                auth.expand(lookup)
+                    .map_err(|source| InvalidConfig::Auth { key: format!("servers[{i}] ('{name}')"), source })?;
+            }
+        }
+        if let Some(path) = &self.oauth.token_store {
+            let text = path.to_string_lossy();
+            let mut expanded = expand::expand(&text, lookup).map_err(InvalidConfig::TokenStoreVariable)?;
+            if let Some(rest) = expanded.strip_prefix("~/") {
+                let home =
+                    lookup("HOME").ok_or(InvalidConfig::TokenStoreVariable(ExpandError::Unset("HOME".into())))?;
+                expanded = format!("{home}/{rest}");
+            }
+            if expanded.is_empty() {
+                return Err(InvalidConfig::EmptyTokenStore);
+            }
+            self.oauth.token_store = Some(PathBuf::from(expanded));
         }
         Ok(())
     }
@@ -343,7 +366,9 @@ impl ServerConfig {
                 if self.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
                     return Err(InvalidConfig::Required { key, field: "command", transport });
                 }
-                for (field, set) in [("url", self.url.is_some()), ("headers", !self.headers.is_empty())] {
+                let remote_only =
+                    [("url", self.url.is_some()), ("headers", !self.headers.is_empty()), ("auth", self.auth.is_some())];
+                for (field, set) in remote_only {
                     if set {
                         return Err(InvalidConfig::OnlyRemote { key, field, transport });
                     }
@@ -360,6 +385,12 @@ impl ServerConfig {
                 ] {
                     if set {
                         return Err(InvalidConfig::OnlyStdio { key, field, transport });
+                    }
+                }
+                if let Some(auth) = &self.auth {
+                    auth.validate().map_err(|source| InvalidConfig::Auth { key: key.clone(), source })?;
+                    if self.headers.keys().any(|name| name.eq_ignore_ascii_case("authorization")) {
+                        return Err(InvalidConfig::Auth { key, source: AuthConfigError::WithAuthorizationHeader });
                     }
                 }
             }

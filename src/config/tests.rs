@@ -370,3 +370,39 @@ fn a_document_whose_aliases_stand_for_too_many_values_is_refused_at_once() {
     assert!(err.contains("the document stands for more than 100000 values (YAML aliases"), "{err}");
     assert!(!err.contains('\n'), "{err}");
 }
+
+#[test]
+fn auth_is_for_remote_servers_replaces_the_authorization_header_and_expands_its_secrets() {
+    let remote = |auth: &str, headers: &str| {
+        format!(
+            "servers:\n  - name: hosted\n    transport: http\n    url: https://h.example/mcp\n    auth: {auth}\n{headers}"
+        )
+    };
+    let config = parse(&remote("{type: oauth, client_id: app, client_secret: '${INTERNAL_TOKEN}'}", "")).unwrap();
+    let Some(AuthConfig::OAuth(client)) = &config.servers[0].auth else { panic!("{config:?}") };
+    assert_eq!(client.client_secret.as_ref().map(Secret::expose), Some("tok"));
+    let with_header = remote("oauth", "    headers:\n      authorization: Bearer x\n      X-Team: core\n");
+    assert_eq!(
+        parse(&with_header).unwrap_err(),
+        "servers[0] ('hosted').auth: replaces the `Authorization` header; remove that header (other headers may stay)"
+    );
+    assert!(parse(&remote("oauth", "    headers:\n      X-Team: core\n")).is_ok());
+    let stdio = "servers:\n  - name: local\n    command: x\n    auth: oauth\n";
+    assert_eq!(parse(stdio).unwrap_err(), "servers[0] ('local').auth: only for transports http and sse, not stdio");
+    assert_eq!(
+        parse(&remote("{type: oauth, client_id: '${MISSING}'}", "")).unwrap_err(),
+        "servers[0] ('hosted').auth.client_id: environment variable MISSING is not set (use ${MISSING:-default} to give a default)"
+    );
+}
+
+#[test]
+fn the_token_store_expands_variables_and_a_leading_tilde() {
+    let lookup = |name: &str| (name == "HOME").then(|| "/home/me".to_string());
+    let config = Config::parse("oauth:\n  token_store: ~/tokens\n", &lookup).unwrap();
+    assert_eq!(config.oauth.token_store(), Some(PathBuf::from("/home/me/tokens")));
+    assert_eq!(
+        Config::parse("oauth:\n  token_store: ''\n", &lookup).unwrap_err().to_string(),
+        "oauth.token_store: must be a path (or leave the key out for the default)"
+    );
+    assert!(Config::parse("oauth:\n  store: x\n", &lookup).unwrap_err().to_string().contains("unknown field `store`"));
+}

@@ -66,6 +66,12 @@ pub enum Refusal {
 #[async_trait]
 pub trait Approver: Send + Sync {
     async fn approve(&self, request: &ApprovalRequest) -> Result<(), Refusal>;
+
+    /// Sends the person to `url` with `message` (MCP URL-mode elicitation, e.g. a hosted server's login);
+    /// `true` once they agreed to go. `false` when this client cannot be asked that way or they declined.
+    async fn send_to_url(&self, _message: &str, _url: &str) -> bool {
+        false
+    }
 }
 
 /// The approval rules of one run: the policy, and who can be asked (`None`: nobody).

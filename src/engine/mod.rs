@@ -6,6 +6,7 @@ mod attachments;
 mod expiry;
 mod files;
 mod gate;
+mod login;
 mod output;
 mod pool;
 mod preview;
@@ -242,6 +243,10 @@ impl Engine {
         let Caller { cancel, progress, approver, .. } = caller;
         let RunOptions { printed, servers_awaited, time_limit } = options;
         let limit = time_limit.unwrap_or(TimeLimit::of_runs(&self.settings));
+        // Before the run's time starts: a person may take a while to log in.
+        if let Some(approver) = &approver {
+            login::log_in_where_needed(&self.registry, code, approver.as_ref(), [&cancel, &self.stopping]).await;
+        }
         let allowance = self.confirm.as_ref().map_or(Duration::ZERO, |policy| policy.timeout);
         let expiry = Expiry::new(limit.duration(), allowance, cancel, self.stopping.clone());
         let _slot = match &self.gate {

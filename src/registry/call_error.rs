@@ -13,6 +13,9 @@ pub enum CallError {
     Unknown(String),
     #[error("server '{server}' is down: {reason}")]
     Down { server: String, reason: String },
+    /// An OAuth server without usable tokens; the words name the command that fixes it.
+    #[error("{0}")]
+    NeedsLogin(String),
     #[error("server '{server}' is starting (for {seconds}s so far)")]
     Starting { server: String, seconds: u64 },
     #[error("'{tool}' timed out after {seconds}s (tool_call_timeout_seconds)")]
@@ -57,6 +60,7 @@ impl CallError {
     pub fn of(tool: &str, server: &str, error: ServiceError, loss: Option<Loss>, max_result_bytes: usize) -> Self {
         let failed = |failure| CallError::Failed { tool: tool.to_string(), failure };
         let lost = |loss: Option<Loss>| match loss {
+            Some(loss) if loss.kind == LossKind::NeedsLogin => CallError::NeedsLogin(loss.reason),
             Some(loss) if loss.kind == LossKind::Credentials => failed(Failure::Credentials(loss.reason)),
             loss => failed(Failure::Lost { server: server.to_string(), reason: loss.map(|loss| loss.reason) }),
         };

@@ -20,6 +20,7 @@ use super::start::{self, StartError};
 use super::stdio::StdioProcess;
 use super::{http, sse};
 use crate::config::{ServerConfig, TransportKind};
+use crate::oauth::Credentials;
 
 /// How often an idle remote session is pinged, so that a server that went away is noticed (its tools
 /// hidden) before a program calls it. Any answer, even a JSON-RPC error, means it is there.
@@ -87,7 +88,11 @@ pub struct Session {
 
 /// Starts a session with the server: all of it (process or stream, handshake, tool listing) within its
 /// `connect_timeout_seconds`.
-pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, Loss> {
+pub async fn connect(
+    config: &ServerConfig,
+    limits: Limits,
+    credentials: Option<&Arc<Credentials>>,
+) -> Result<Session, Loss> {
     let deadline = Instant::now() + config.connect_timeout();
     match config.transport {
         TransportKind::Stdio => {
@@ -103,10 +108,16 @@ pub async fn connect(config: &ServerConfig, limits: Limits) -> Result<Session, L
         TransportKind::Http | TransportKind::Sse => {
             let (signal, losses) = liveness::channel();
             let result = if config.transport == TransportKind::Http {
-                let transport = http::transport(config, limits, signal)?;
-                start_session(config, transport, deadline).await
+                match credentials {
+                    Some(credentials) => {
+                        let transport = http::authorized_transport(config, limits, signal, Arc::clone(credentials))?;
+                        start_session(config, transport, deadline).await
+                    }
+                    None => start_session(config, http::transport(config, limits, signal)?, deadline).await,
+                }
             } else {
-                let opening = tokio::time::timeout_at(deadline, sse::connect(config, limits, signal));
+                let opening =
+                    tokio::time::timeout_at(deadline, sse::connect(config, limits, signal, credentials.cloned()));
                 let transport =
                     opening.await.map_err(|_| Loss::connection(too_slow(config, "open its event stream")))??;
                 start_session(config, transport, deadline).await

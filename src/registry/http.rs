@@ -7,18 +7,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::auth::AuthError;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 
 use super::limits::Limits;
+use super::liveness::LossKind;
 use super::liveness::{Classify, Loss, LossSignal, Watched};
 use super::remote;
 use crate::config::ServerConfig;
+use crate::oauth::{Authorized, Credentials};
 
 /// rmcp's error for this transport.
 type HttpError = StreamableHttpError<reqwest::Error>;
 
-pub type HttpTransport = Watched<StreamableHttpClientTransport<reqwest::Client>>;
+/// The transport; its client is the shared HTTP client, or that client with a server's OAuth tokens.
+pub type HttpTransport<C = reqwest::Client> = Watched<StreamableHttpClientTransport<C>>;
 
 /// How often a dropped SSE stream is resumed (with `Last-Event-ID`) before the request fails. rmcp's
 /// default retries forever, which leaves a call to a dead server hanging.
@@ -29,6 +33,29 @@ const STREAM_RESUME_MAX_DELAY: Duration = Duration::from_secs(1);
 /// The transport for one connection attempt; failures are reported to `signal`.
 pub fn transport(config: &ServerConfig, limits: Limits, signal: LossSignal) -> Result<HttpTransport, Loss> {
     let client = remote::client().map_err(Loss::connection)?;
+    Ok(Watched::new(
+        StreamableHttpClientTransport::with_client(client, settings(config, limits)?),
+        &config.name,
+        signal,
+    ))
+}
+
+/// [`transport`] with bearer tokens from `credentials` (`auth` in the config).
+pub fn authorized_transport(
+    config: &ServerConfig,
+    limits: Limits,
+    signal: LossSignal,
+    credentials: Arc<Credentials>,
+) -> Result<HttpTransport<Authorized>, Loss> {
+    let client = Authorized::new(remote::client().map_err(Loss::connection)?, credentials);
+    Ok(Watched::new(
+        StreamableHttpClientTransport::with_client(client, settings(config, limits)?),
+        &config.name,
+        signal,
+    ))
+}
+
+fn settings(config: &ServerConfig, limits: Limits) -> Result<StreamableHttpClientTransportConfig, Loss> {
     let headers: HashMap<_, _> = remote::headers(config)?.into_iter().filter_map(|(k, v)| Some((k?, v))).collect();
     let mut resume = ExponentialBackoff::default();
     resume.max_times = Some(STREAM_RESUME_ATTEMPTS);
@@ -39,7 +66,7 @@ pub fn transport(config: &ServerConfig, limits: Limits, signal: LossSignal) -> R
         .max_json_response_size(limits.max_message_bytes)
         .max_sse_event_size(limits.max_message_bytes);
     settings.retry_config = Arc::new(resume);
-    Ok(Watched::new(StreamableHttpClientTransport::with_client(client, settings), &config.name, signal))
+    Ok(settings)
 }
 
 impl Classify for HttpError {
@@ -51,6 +78,7 @@ impl Classify for HttpError {
             StreamableHttpError::HttpStatus(status) if status.status >= 500 => {
                 Some(Loss::connection(format!("the server answered HTTP {}", status_text(status.status))))
             }
+            StreamableHttpError::Auth(error) => Some(oauth_loss(server, error)),
             StreamableHttpError::AuthRequired(_) => Some(Loss::credentials(server, 401)),
             StreamableHttpError::InsufficientScope(_) => Some(Loss::credentials(server, 403)),
             // A 401/403 without a `WWW-Authenticate` challenge arrives as a plain unexpected response.
@@ -75,6 +103,20 @@ impl Classify for HttpError {
     }
 }
 
+/// What a token problem (an `auth` server's, see [`Authorized`]) means for the connection.
+fn oauth_loss(server: &str, error: &AuthError) -> Loss {
+    match error {
+        AuthError::AuthorizationRequired => Loss::needs_login(server),
+        AuthError::InsufficientScope { required_scope, .. } => Loss::needs_scopes(server, required_scope),
+        AuthError::ClientCredentialsError(why) => Loss {
+            reason: format!("server '{server}': the authorization server refused the client credentials: {why}"),
+            kind: LossKind::Credentials,
+        },
+        AuthError::TokenRefreshFailed(why) => Loss::connection(format!("no token: {why}")),
+        other => Loss::connection(format!("no token: {other}")),
+    }
+}
+
 fn status_text(status: u16) -> String {
     match reqwest::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()) {
         Some(reason) => format!("{status} {reason}"),
@@ -87,7 +129,6 @@ mod tests {
     use rmcp::transport::streamable_http_client::{AuthRequiredError, HttpStatusError};
 
     use super::*;
-    use crate::registry::liveness::LossKind;
 
     #[test]
     fn server_errors_are_losses_and_rate_limits_or_bad_content_are_not() {

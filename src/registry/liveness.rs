@@ -23,6 +23,8 @@ pub enum LossKind {
     Connection,
     /// HTTP 401/403: the configured credentials were rejected; retrying soon will not help.
     Credentials,
+    /// OAuth: no usable tokens; only a person can help (`ptc-mcp login NAME`).
+    NeedsLogin,
 }
 
 impl Loss {
@@ -39,6 +41,27 @@ impl Loss {
                 "server '{server}' rejected the credentials (HTTP {what}); check the `headers` of this server in the config"
             ),
             kind: LossKind::Credentials,
+        }
+    }
+}
+
+impl Loss {
+    /// An OAuth server without usable tokens: says which command to run.
+    pub fn needs_login(server: &str) -> Loss {
+        Loss {
+            reason: format!("server '{server}' needs login: run `{}`", crate::oauth::login_hint(server)),
+            kind: LossKind::NeedsLogin,
+        }
+    }
+
+    /// An OAuth server that wants scopes the login did not grant: the next login asks for them.
+    pub fn needs_scopes(server: &str, scopes: &str) -> Loss {
+        Loss {
+            reason: format!(
+                "server '{server}' needs login with more scopes ({scopes}): run `{}`",
+                crate::oauth::login_hint(server)
+            ),
+            kind: LossKind::NeedsLogin,
         }
     }
 }

@@ -30,29 +30,29 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerConfig, ToolFilter};
 use crate::naming::server_prefix;
+use crate::oauth::Credentials;
 pub use call_error::{CallError, Failure};
 pub use catalog::{Catalog, ShapeSlots, ToolEntry};
 use liveness::LossKind;
+pub use remote::{client as http_client, describe as describe_request_error};
 
 /// The connection state of one server.
 enum ServerState {
     /// The first attempt has not finished yet. (Later attempts keep the reason of the last failure.)
-    Starting {
-        since: Instant,
-    },
+    Starting { since: Instant },
     /// `losses` (remote transports) says why the connection was lost, for calls that fail with it.
-    Up {
-        peer: Peer<RoleClient>,
-        tools: Vec<Arc<ToolEntry>>,
-        losses: Option<liveness::Losses>,
-    },
+    Up { peer: Peer<RoleClient>, tools: Vec<Arc<ToolEntry>>, losses: Option<liveness::Losses> },
     Down {
         reason: String,
+        /// An OAuth server without usable tokens (the reason names the command that fixes it).
+        needs_login: bool,
     },
 }
 
 struct Server {
     config: ServerConfig,
+    /// The bearer tokens of a server with `auth`.
+    credentials: Option<Arc<Credentials>>,
     state: Mutex<ServerState>,
     /// How long after start-up its first connection attempt finished (either way).
     settled_after: OnceLock<Duration>,
@@ -71,6 +71,8 @@ pub struct Registry {
     /// Cancelled on shutdown: the supervisors close their sessions and stop.
     stop: CancellationToken,
     supervisors: Mutex<JoinSet<()>>,
+    /// Logins ptc-mcp starts itself (URL-mode elicitation), one at a time.
+    logins: tokio::sync::Mutex<()>,
 }
 
 /// How long the first listing or run after start-up waits for servers that are still connecting (see
@@ -92,6 +94,9 @@ pub struct ServerStatus {
     pub connected: bool,
     pub tools: usize,
     pub error: Option<String>,
+    /// An OAuth server that needs `ptc-mcp login` (the error says so); not part of `server_status()`'s shape.
+    #[serde(skip)]
+    pub needs_login: bool,
 }
 
 impl Registry {
@@ -99,6 +104,7 @@ impl Registry {
     /// (from `config.tools`) decides which of their tools are callable.
     pub fn start(config: &Config, filter: ToolFilter) -> Arc<Registry> {
         let started = Instant::now();
+        let token_store = config.oauth.token_store();
         let registry = Arc::new(Registry {
             servers: config
                 .servers
@@ -106,6 +112,7 @@ impl Registry {
                 .map(|c| {
                     Arc::new(Server {
                         config: c.clone(),
+                        credentials: Credentials::of(c, token_store.clone()),
                         state: Mutex::new(ServerState::Starting { since: started }),
                         settled_after: OnceLock::new(),
                     })
@@ -119,6 +126,7 @@ impl Registry {
             settled: watch::Sender::new(0),
             stop: CancellationToken::new(),
             supervisors: Mutex::new(JoinSet::new()),
+            logins: tokio::sync::Mutex::new(()),
         });
         let mut supervisors = registry.supervisors.lock().unwrap_or_else(|e| e.into_inner());
         for server in &registry.servers {
@@ -208,7 +216,8 @@ impl Registry {
                 let sentence = match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
                     ServerState::Up { .. } => return None,
                     ServerState::Starting { since } => format!("server '{name}' is {}", starting(*since)),
-                    ServerState::Down { reason } => format!("server '{name}' is unavailable: {reason}"),
+                    ServerState::Down { reason, needs_login: true } => reason.clone(),
+                    ServerState::Down { reason, .. } => format!("server '{name}' is unavailable: {reason}"),
                 };
                 Some((server_prefix(name), sentence))
             })
@@ -221,12 +230,17 @@ impl Registry {
             .map(|server| {
                 let status = match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
                     ServerState::Starting { since } => {
-                        ServerStatus { connected: false, tools: 0, error: Some(starting(*since)) }
+                        ServerStatus { connected: false, tools: 0, error: Some(starting(*since)), needs_login: false }
                     }
-                    ServerState::Up { tools, .. } => ServerStatus { connected: true, tools: tools.len(), error: None },
-                    ServerState::Down { reason } => {
-                        ServerStatus { connected: false, tools: 0, error: Some(reason.clone()) }
+                    ServerState::Up { tools, .. } => {
+                        ServerStatus { connected: true, tools: tools.len(), error: None, needs_login: false }
                     }
+                    ServerState::Down { reason, needs_login } => ServerStatus {
+                        connected: false,
+                        tools: 0,
+                        error: Some(reason.clone()),
+                        needs_login: *needs_login,
+                    },
                 };
                 (server.config.name.clone(), status)
             })
@@ -287,10 +301,53 @@ impl Registry {
         let server_name = server_name.to_string();
         match &*server.state.lock().unwrap_or_else(|e| e.into_inner()) {
             ServerState::Up { peer, losses, .. } => Ok((peer.clone(), losses.clone())),
-            ServerState::Down { reason } => Err(CallError::Down { server: server_name, reason: reason.clone() }),
+            ServerState::Down { reason, needs_login: true } => Err(CallError::NeedsLogin(reason.clone())),
+            ServerState::Down { reason, .. } => Err(CallError::Down { server: server_name, reason: reason.clone() }),
             ServerState::Starting { since } => {
                 Err(CallError::Starting { server: server_name, seconds: since.elapsed().as_secs() })
             }
+        }
+    }
+
+    /// The configured servers a person can log in to (`auth: oauth`) whose tool prefix `code` names.
+    pub fn login_servers_named_in(&self, code: &str) -> Vec<String> {
+        let interactive = |server: &&Arc<Server>| server.credentials.as_ref().is_some_and(|c| c.is_interactive());
+        let named = |server: &&Arc<Server>| code.contains(&server_prefix(&server.config.name));
+        self.servers.iter().filter(interactive).filter(named).map(|server| server.config.name.clone()).collect()
+    }
+
+    /// Whether server `name` needs login now.
+    pub fn needs_login(&self, name: &str) -> bool {
+        self.servers.iter().filter(|server| server.config.name == name).any(|server| {
+            matches!(
+                &*server.state.lock().unwrap_or_else(|e| e.into_inner()),
+                ServerState::Down { needs_login: true, .. }
+            )
+        })
+    }
+
+    /// The config of server `name` and its token folder, for a login.
+    pub fn login_target(&self, name: &str) -> Option<(ServerConfig, std::path::PathBuf)> {
+        let server = self.servers.iter().find(|server| server.config.name == name)?;
+        let store = server.credentials.as_ref()?.store()?.to_path_buf();
+        Some((server.config.clone(), store))
+    }
+
+    /// Held while a login started by ptc-mcp itself is under way: one at a time.
+    pub async fn login_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.logins.lock().await
+    }
+
+    /// Waits (at most `limit`) until server `name` is connected.
+    pub async fn wait_until_connected(&self, name: &str, limit: Duration) {
+        let connected = || {
+            self.servers.iter().filter(|server| server.config.name == name).any(|server| {
+                matches!(&*server.state.lock().unwrap_or_else(|e| e.into_inner()), ServerState::Up { .. })
+            })
+        };
+        let deadline = tokio::time::Instant::now() + limit;
+        while !connected() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -356,7 +413,7 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
     loop {
         // Stopping drops a connection attempt, which kills a server still starting.
         let attempt = tokio::select! {
-            attempt = client::connect(&server.config, registry.limits) => attempt,
+            attempt = client::connect(&server.config, registry.limits, server.credentials.as_ref()) => attempt,
             () = stop.cancelled() => return,
         };
         let loss = match attempt {
@@ -380,7 +437,7 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
             Err(loss) => loss,
         };
         let delay = match loss.kind {
-            LossKind::Credentials => backoff.capped_delay(),
+            LossKind::Credentials | LossKind::NeedsLogin => backoff.capped_delay(),
             LossKind::Connection => backoff.next_delay(),
         };
         if last_logged.as_deref() == Some(loss.reason.as_str()) {
@@ -389,10 +446,19 @@ async fn supervise(registry: Arc<Registry>, server: Arc<Server>) {
             tracing::warn!(server = %name, "unavailable: {}; retrying in {:.1}s", loss.reason, delay.as_secs_f64());
             last_logged = Some(loss.reason.clone());
         }
-        registry.set_state(&server, ServerState::Down { reason: loss.reason });
+        let needs_login = loss.kind == LossKind::NeedsLogin;
+        registry.set_state(&server, ServerState::Down { reason: loss.reason, needs_login });
         registry.mark_settled(&server, &mut first_attempt);
+        // A login (by `ptc-mcp login` in another process) is noticed at once, not after the delay.
+        let login = async {
+            match (&server.credentials, needs_login) {
+                (Some(credentials), true) => credentials.wait_for_login().await,
+                _ => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
+            () = login => {}
             () = stop.cancelled() => return,
         }
     }

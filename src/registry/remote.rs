@@ -121,6 +121,7 @@ mod tests {
             env: BTreeMap::new(),
             url: Some("http://127.0.0.1:1/mcp".into()),
             headers: BTreeMap::from([(name.to_string(), Scalar::Text(value.to_string()))]),
+            auth: None,
             connect_timeout_seconds: 60.0,
         }
     }

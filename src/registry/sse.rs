@@ -6,6 +6,7 @@
 
 mod frames;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,9 +19,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::limits::{Limits, OFF_THREAD_BYTES};
-use super::liveness::{Classify, Loss, LossSignal, Watched};
+use super::liveness::{Classify, Loss, LossKind, LossSignal, Watched};
 use super::remote;
 use crate::config::ServerConfig;
+use crate::oauth::{Credentials, TokenError};
 use frames::Frames;
 
 /// How long the server may take to send the `endpoint` event after the stream opens.
@@ -39,6 +41,8 @@ pub enum SseError {
     Status(StatusCode),
     #[error("{0}")]
     Request(String),
+    #[error("{0}")]
+    Token(TokenError),
 }
 
 impl Classify for SseError {
@@ -54,7 +58,17 @@ impl Classify for SseError {
             }
             SseError::Status(_) => None,
             SseError::Request(_) => Some(Loss::connection(self.to_string())),
+            SseError::Token(error) => Some(token_loss(server, error)),
         }
+    }
+}
+
+/// What a server's token problem (`auth` in the config) means for the connection.
+fn token_loss(server: &str, error: &TokenError) -> Loss {
+    match error {
+        TokenError::NeedsLogin { .. } => Loss::needs_login(server),
+        TokenError::Unavailable(why) => Loss::connection(format!("no token: {why}")),
+        TokenError::Refused(_) => Loss { reason: format!("server '{server}': {error}"), kind: LossKind::Credentials },
     }
 }
 
@@ -63,25 +77,29 @@ pub struct LegacySse {
     client: reqwest::Client,
     endpoint: Url,
     headers: HeaderMap,
+    credentials: Option<Arc<Credentials>>,
     incoming: mpsc::Receiver<ServerJsonRpcMessage>,
     reader: JoinHandle<()>,
 }
 
 /// Opens the event stream and waits for the `endpoint` event. Stream failures later are reported to
 /// `signal`; so are failed POSTs (through the [`Watched`] wrapper).
-pub async fn connect(config: &ServerConfig, limits: Limits, signal: LossSignal) -> Result<SseTransport, Loss> {
+pub async fn connect(
+    config: &ServerConfig,
+    limits: Limits,
+    signal: LossSignal,
+    credentials: Option<Arc<Credentials>>,
+) -> Result<SseTransport, Loss> {
     let server = config.name.as_str();
     let client = remote::client().map_err(Loss::connection)?;
     let headers = remote::headers(config)?;
     let url = Url::parse(config.url.as_deref().unwrap_or_default())
         .map_err(|e| Loss::connection(format!("the url is not valid: {e}")))?;
-    let response = client
-        .get(url.clone())
-        .headers(headers.clone())
-        .header(ACCEPT, "text/event-stream")
-        .send()
-        .await
-        .map_err(|e| Loss::connection(remote::describe(&e)))?;
+    let open = client.get(url.clone()).headers(headers.clone()).header(ACCEPT, "text/event-stream");
+    let response = send_with_token(open, credentials.as_deref()).await.map_err(|e| match e.loss(server) {
+        Some(loss) => loss,
+        None => Loss::connection(e.to_string()),
+    })?;
     let status = response.status();
     if matches!(status.as_u16(), 401 | 403) {
         return Err(Loss::credentials(server, status.as_u16()));
@@ -103,7 +121,7 @@ pub async fn connect(config: &ServerConfig, limits: Limits, signal: LossSignal) 
     let endpoint = resolve_endpoint(&url, &endpoint).map_err(Loss::connection)?;
     let (tx, incoming) = mpsc::channel(INCOMING_BUFFER);
     let reader = tokio::spawn(read_messages(frames, tx, server.to_string(), signal.clone()));
-    let transport = LegacySse { client, endpoint, headers, incoming, reader };
+    let transport = LegacySse { client, endpoint, headers, credentials, incoming, reader };
     Ok(Watched::new(transport, server, signal))
 }
 
@@ -191,9 +209,10 @@ impl Transport<RoleClient> for LegacySse {
                 .timeout(POST_TIMEOUT)
                 .body(body)
         });
+        let credentials = self.credentials.clone();
         async move {
             let request = request.map_err(|e| SseError::Request(format!("cannot encode the message: {e}")))?;
-            let response = request.send().await.map_err(|e| SseError::Request(remote::describe(&e)))?;
+            let response = send_with_token(request, credentials.as_deref()).await?;
             match response.status() {
                 status if status.is_success() => Ok(()),
                 status => Err(SseError::Status(status)),
@@ -210,6 +229,28 @@ impl Transport<RoleClient> for LegacySse {
         self.incoming.close();
         Ok(())
     }
+}
+
+/// Sends `request`, with the server's bearer token if it has `auth`; a `401` renews the token once and sends
+/// it again.
+async fn send_with_token(
+    request: reqwest::RequestBuilder,
+    credentials: Option<&Credentials>,
+) -> Result<reqwest::Response, SseError> {
+    let send = |request: reqwest::RequestBuilder| async move {
+        request.send().await.map_err(|e| SseError::Request(remote::describe(&e)))
+    };
+    let Some(credentials) = credentials else { return send(request).await };
+    let retry = request.try_clone();
+    let token = credentials.bearer().await.map_err(SseError::Token)?;
+    let response = send(request.bearer_auth(&token)).await?;
+    let (StatusCode::UNAUTHORIZED, Some(retry)) = (response.status(), retry) else { return Ok(response) };
+    let renewed = credentials.rejected(&token).await.map_err(SseError::Token)?;
+    let response = send(retry.bearer_auth(&renewed)).await?;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        return Err(SseError::Token(TokenError::NeedsLogin { why: "a token just issued was refused".into() }));
+    }
+    Ok(response)
 }
 
 impl Drop for LegacySse {

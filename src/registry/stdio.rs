@@ -207,6 +207,7 @@ mod tests {
             env: BTreeMap::new(),
             url: None,
             headers: BTreeMap::new(),
+            auth: None,
             connect_timeout_seconds: 60.0,
         }
     }

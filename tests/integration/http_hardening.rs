@@ -282,15 +282,7 @@ async fn a_request_with_a_lone_surrogate_gets_a_json_rpc_error_over_stdio() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config(&[], "")).unwrap();
-    let mut child = Command::new(binary())
-        .arg("--config")
-        .arg(&path)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = stdio_child(&path);
     let mut stdin = child.stdin.take().unwrap();
     let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
     let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;

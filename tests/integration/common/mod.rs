@@ -87,6 +87,20 @@ pub fn sandbox_under_test() -> String {
     std::env::var("PTC_TEST_SANDBOX").unwrap_or_else(|_| "none".to_string())
 }
 
+/// `ptc-mcp --config CONFIG` serving MCP on its piped stdin and stdout, logging at `warn` to the test's stderr;
+/// for a test that speaks to it with a client of its own.
+pub fn stdio_child(config: &Path) -> Child {
+    Command::new(binary())
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the ptc-mcp binary starts")
+}
+
 /// A running `ptc-mcp` with an MCP client session to it.
 pub struct Ptc {
     pub client: RunningService<RoleClient, ()>,
