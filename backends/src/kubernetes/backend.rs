@@ -144,10 +144,10 @@ impl KubernetesBackend {
         let image = self.image(source);
         let limits = Limits::default();
         let script = confined_source(&limits, rlimits::cpu_seconds(PROBE_TIMEOUT), None, PROBE_SCRIPT);
+        // The runtime could not start the interpreter: the exec's status says so, before or after the source
+        // was sent.
         let runner = self.start(connected, source, &limits, script).await.map_err(|e| match e {
-            KubeError::Exec { why, .. }
-                if why.contains("executable file not found") || why.contains("no such file") =>
-            {
+            KubeError::Exec { why, .. } if names_a_missing_command(&why) => {
                 KubeError::NoPython { image: image.clone() }
             }
             other => other,
@@ -155,6 +155,7 @@ impl KubernetesBackend {
         let probe = runner.finish_probe(PROBE_TIMEOUT).await;
         let found: ImagePython = match serde_json::from_str(probe.stdout.trim()) {
             Ok(found) if probe.completed => found,
+            _ if names_a_missing_command(&probe.exit.to_string()) => return Err(KubeError::NoPython { image }),
             _ => {
                 let output = if probe.stderr.trim().is_empty() { &probe.stdout } else { &probe.stderr };
                 return Err(KubeError::ProbeFailed { image, exit: probe.exit, output: output.trim().to_string() });
@@ -192,6 +193,11 @@ impl KubernetesBackend {
         };
         task.await.unwrap_or_else(|e| Err(KubeError::Interrupted(e.to_string())))
     }
+}
+
+/// Whether an exec's failure says its command is not in the image.
+fn names_a_missing_command(why: &str) -> bool {
+    why.contains("executable file not found") || why.contains("no such file")
 }
 
 /// Loads the client configuration and checks that the API answers.
@@ -303,7 +309,8 @@ impl Start {
                 let owner = Owner::new_pod(client, namespace, &self.name);
                 let guard = DeleteUnlessDisarmed(Some(owner.clone()));
                 wait_running(&pods, &self.name, server, namespace).await?;
-                let runner = exec(&pods, &self.name, None, &runner_source, owner).await?;
+                let refused = |e| error(e, &format!("create pods/exec in namespace '{namespace}'"));
+                let runner = exec(&pods, &self.name, None, &runner_source, owner, refused).await?;
                 guard.disarm();
                 Ok(runner)
             }
@@ -319,7 +326,8 @@ impl Start {
                     return Err(KubeError::Unconfined { pod: pod_name, pool: pool.clone(), missing });
                 }
                 let container = pod::runner_container(&claimed).map(|c| c.name.clone());
-                let runner = exec(&pods, &pod_name, container.as_deref(), &runner_source, owner).await?;
+                let refused = |e| error(e, &format!("create pods/exec in namespace '{namespace}'"));
+                let runner = exec(&pods, &pod_name, container.as_deref(), &runner_source, owner, refused).await?;
                 guard.disarm();
                 Ok(runner)
             }

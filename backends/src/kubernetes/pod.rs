@@ -461,3 +461,35 @@ mod tests {
         assert!(exec_command()[4].len() < 1024, "the exec command line stays small");
     }
 }
+
+#[cfg(test)]
+mod deploy_tests {
+    use super::*;
+
+    /// The pod spec of the SandboxTemplate in `deploy/kubernetes/warm-pool.yaml`.
+    fn shipped_warm_pod() -> Pod {
+        let text = include_str!("../../../deploy/kubernetes/warm-pool.yaml");
+        let template = serde_yaml_ng::Deserializer::from_str(text)
+            .map(|document| Value::deserialize(document).unwrap())
+            .find(|document| document["kind"] == "SandboxTemplate")
+            .expect("warm-pool.yaml has a SandboxTemplate");
+        let spec = template["spec"]["podTemplate"]["spec"].clone();
+        Pod { spec: Some(serde_json::from_value(spec).unwrap()), ..Default::default() }
+    }
+
+    use serde::Deserialize;
+
+    #[test]
+    fn the_shipped_warm_pool_makes_the_pods_ptc_mcp_makes_with_a_keeper_that_waits_to_be_claimed() {
+        let shipped = shipped_warm_pod();
+        assert!(
+            unconfined(&shipped, &KubernetesSettings::default()).is_empty(),
+            "{:?}",
+            unconfined(&shipped, &KubernetesSettings::default())
+        );
+        let mut made =
+            runner_pod(&default_template(), &KubernetesSettings::default(), &Limits::default(), "p", "i").spec.unwrap();
+        made.containers[0].command = Some(keeper_command(0));
+        assert_eq!(serde_json::to_value(shipped.spec.unwrap()).unwrap(), serde_json::to_value(made).unwrap());
+    }
+}

@@ -76,13 +76,14 @@ impl Owner {
 }
 
 /// Execs the bootstrap in `pod`'s runner container and sends it `source`; the runner's stdin/stdout are the
-/// channel from then on.
+/// channel from then on. `refused` says why the API refused the exec.
 pub async fn exec(
     pods: &Api<Pod>,
     pod: &str,
     container: Option<&str>,
     source: &str,
     owner: Owner,
+    refused: impl FnOnce(kube::Error) -> KubeError,
 ) -> Result<RunnerProcess, KubeError> {
     let params = AttachParams::default()
         .container(container.unwrap_or(CONTAINER))
@@ -93,7 +94,10 @@ pub async fn exec(
         .max_stdout_buf_size(CHANNEL_BUFFER)
         .max_stderr_buf_size(16 * 1024);
     let failed = |why: String| KubeError::Exec { pod: pod.to_string(), why };
-    let mut attached = pods.exec(pod, exec_command(), &params).await.map_err(|e| failed(source_chain(&e)))?;
+    let mut attached = pods.exec(pod, exec_command(), &params).await.map_err(|e| match e {
+        kube::Error::Api(_) | kube::Error::HyperError(_) | kube::Error::Service(_) => refused(e),
+        other => failed(source_chain(&other)),
+    })?;
     let (Some(mut stdin), Some(stdout), Some(mut stderr), Some(status)) =
         (attached.stdin(), attached.stdout(), attached.stderr(), attached.take_status())
     else {
@@ -115,7 +119,15 @@ pub async fn exec(
         drop(attached);
         ended
     });
-    stdin.write_all(&framed(source)).await.map_err(|e| failed(format!("could not send the runner's source: {e}")))?;
+    if let Err(e) = stdin.write_all(&framed(source)).await {
+        // The stream ended first: its status says why (e.g. the command is not in the image).
+        let ended = tokio::time::timeout(DELETE_TIMEOUT, waiter).await;
+        let why = match ended {
+            Ok(Ok(ExitInfo::Unknown(why))) => why,
+            _ => format!("could not send the runner's source: {e}"),
+        };
+        return Err(failed(why));
+    }
     let control = KubeControl { owner, waiter, exited: None, stderr_tail, deleted: false };
     Ok(RunnerProcess { to_runner: Box::pin(stdin), from_runner: Box::pin(stdout), control: Box::new(control) })
 }

@@ -8,8 +8,10 @@
 //! What it plays of a cluster: a created pod is `Pending` when first read, then `Running`; the exec'd process
 //! sees the pod's environment with its `/scratch` as a directory of its own; when the exec'd process ends
 //! (a runner whose stream closed reads the end of its input) the pod ends `Succeeded`, as the keeper ends it
-//! in a real pod; deleting a pod kills its processes and cuts its streams without a status. Everything asked
-//! is recorded for the tests to look at.
+//! in a real pod; deleting a pod kills its processes and cuts its streams without a status. Each request is
+//! authorized by the Role in `deploy/kubernetes/runners.yaml` (a verb it does not grant is refused, 403), so
+//! the tests fail if the shipped Role lacks what the server does. Everything asked is recorded for the tests
+//! to look at.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -113,7 +115,12 @@ impl FakeKube {
         std::fs::write(&kubeconfig, kubeconfig_text(&url, TOKEN)).unwrap();
         let state = Arc::new(Mutex::new(State::default()));
         let behaviour = Arc::new(Mutex::new(behaviour));
-        let fake = Fake { state: state.clone(), behaviour: behaviour.clone(), scratch: dir.path().to_path_buf() };
+        let fake = Fake {
+            state: state.clone(),
+            behaviour: behaviour.clone(),
+            scratch: dir.path().to_path_buf(),
+            granted: Arc::new(shipped_role()),
+        };
         let server = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let fake = fake.clone();
@@ -246,6 +253,45 @@ struct Fake {
     state: Arc<Mutex<State>>,
     behaviour: Arc<Mutex<Behaviour>>,
     scratch: PathBuf,
+    /// (API group, resource, verb) the shipped Role grants.
+    granted: Arc<Vec<(String, String, String)>>,
+}
+
+/// What the Role in `deploy/kubernetes/runners.yaml` grants.
+fn shipped_role() -> Vec<(String, String, String)> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(crate::common::repo_path("deploy/kubernetes/runners.yaml")).unwrap();
+    let role = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|document| Value::deserialize(document).unwrap())
+        .find(|document| document["kind"] == "Role")
+        .expect("runners.yaml has a Role");
+    let strings = |value: &Value| -> Vec<String> {
+        value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    };
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_array().unwrap() {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    granted.push((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    granted
+}
+
+/// The API group, resource (with its subresource) and verb a namespaced request is authorized as.
+fn authorized_as(method: &str, group: &str, rest: &[&str]) -> (String, String, String) {
+    let (resource, verb) = match (method, rest) {
+        (_, [resource, _, sub]) => (format!("{resource}/{sub}"), "create"),
+        ("GET", [resource]) => (resource.to_string(), "list"),
+        ("POST", [resource]) => (resource.to_string(), "create"),
+        ("GET", [resource, _]) => (resource.to_string(), "get"),
+        ("DELETE", [resource, _]) => (resource.to_string(), "delete"),
+        (method, rest) => (rest.first().unwrap_or(&"").to_string(), method),
+    };
+    (group.to_string(), resource, verb.to_string())
 }
 
 impl Fake {
@@ -291,6 +337,20 @@ impl Fake {
             return status(*code, if *code == 403 { "Forbidden" } else { "InternalError" }, message, "pods");
         }
         let parts_of: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let namespaced = match parts_of.as_slice() {
+            ["api", "v1", "namespaces", _, rest @ ..] => Some(authorized_as(&method, "", rest)),
+            ["apis", group, _, "namespaces", _, rest @ ..] => Some(authorized_as(&method, group, rest)),
+            _ => None,
+        };
+        if let Some(asked) = namespaced
+            && !self.granted.contains(&asked)
+        {
+            let (group, resource, verb) = asked;
+            let message = format!(
+                "{resource} is forbidden: User \"system:serviceaccount:default:ptc-mcp\" cannot {verb} resource \"{resource}\" in API group \"{group}\""
+            );
+            return status(403, "Forbidden", &message, &resource);
+        }
         match parts_of.as_slice() {
             ["api", "v1", "namespaces", ns, rest @ ..] => {
                 if behaviour.no_namespace || *ns != NAMESPACE {
@@ -400,13 +460,14 @@ impl Fake {
 
     /// Upgrades to a websocket and runs the command behind it.
     async fn exec(&self, name: &str, parts: hyper::http::request::Parts, recorded: &Recorded) -> Reply {
-        let (env, scratch) = {
+        let (env, scratch, image) = {
             let state = self.state.lock().unwrap();
             let Some(pod) = state.pods.get(name) else { return not_found("pods", name) };
             if pod.object["status"]["phase"] != "Running" {
                 return status(400, "BadRequest", "pod is not running", "pods");
             }
-            (pod.object["spec"]["containers"][0]["env"].clone(), pod.scratch.clone())
+            let container = &pod.object["spec"]["containers"][0];
+            (container["env"].clone(), pod.scratch.clone(), container["image"].as_str().unwrap_or_default().to_string())
         };
         let offered: Vec<&str> = recorded.protocols.split(',').map(str::trim).collect();
         let v4_only = self.behaviour.lock().unwrap().v4_only;
@@ -422,7 +483,9 @@ impl Fake {
         };
         let command = recorded.query_values("command");
         std::fs::create_dir_all(&scratch).unwrap();
-        let mut process = tokio::process::Command::new(if command[0] == "python3" { "python3" } else { &command[0] });
+        // An image named nopython/... has no python3: the runtime's exec fails, as the status channel says.
+        let program = if image.starts_with("nopython/") { "/nonexistent/python3" } else { command[0].as_str() };
+        let mut process = tokio::process::Command::new(program);
         process.args(&command[1..]).env_clear().current_dir(&scratch);
         for var in env.as_array().cloned().unwrap_or_default() {
             let value = var["value"].as_str().unwrap_or_default().replace("/scratch", &scratch.to_string_lossy());
@@ -432,11 +495,8 @@ impl Fake {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        let child = match process.kill_on_drop(true).spawn() {
-            Ok(child) => child,
-            Err(e) => return status(500, "InternalError", &format!("exec: \"{}\": {e}", command[0]), ""),
-        };
-        if let Some(pod) = self.state.lock().unwrap().pods.get_mut(name) {
+        let child = process.kill_on_drop(true).spawn().ok();
+        if let (Some(pod), Some(child)) = (self.state.lock().unwrap().pods.get_mut(name), &child) {
             pod.processes.push(child.id().unwrap());
         }
         let request = Request::from_parts(parts, ());
@@ -447,8 +507,13 @@ impl Fake {
             let Ok(upgraded) = hyper::upgrade::on(request).await else { return };
             let socket =
                 tokio_tungstenite::WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-            let code = stream(socket, child, v5).await;
-            fake.exec_ended(&pod, code);
+            match child {
+                Some(child) => {
+                    stream(socket, child, v5).await;
+                    fake.exec_ended(&pod);
+                }
+                None => not_started(socket, &command[0]).await,
+            }
         });
         Response::builder()
             .status(StatusCode::SWITCHING_PROTOCOLS)
@@ -464,7 +529,7 @@ impl Fake {
     }
 
     /// An exec'd process ended: with none left, the pod ends (as the keeper ends a real one).
-    fn exec_ended(&self, pod: &str, _code: Option<i32>) {
+    fn exec_ended(&self, pod: &str) {
         let mut state = self.state.lock().unwrap();
         let Some(pod) = state.pods.get_mut(pod) else { return };
         pod.processes.retain(|pid| std::fs::metadata(format!("/proc/{pid}")).is_ok() && !is_zombie(*pid));
@@ -567,6 +632,20 @@ fn is_zombie(pid: u32) -> bool {
         .unwrap_or(true)
 }
 
+/// What the stream carries when the runtime cannot start the command: the status, as runc words it.
+async fn not_started(mut socket: tokio_tungstenite::WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>, program: &str) {
+    let message = format!(
+        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"{program}\": executable file \
+         not found in $PATH: unknown"
+    );
+    let body = json!({"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError",
+                      "details": {"causes": [{"message": message}]}, "code": 500});
+    let mut frame = vec![3];
+    frame.extend_from_slice(body.to_string().as_bytes());
+    let _ = socket.send(Message::binary(frame)).await;
+    let _ = socket.close(None).await;
+}
+
 /// Carries the process's stdio over the websocket until it ends; then the status on channel 3 (under v5 a
 /// client's stdin end arrives as 255 0; under v4 it closes the socket). A process killed (its pod deleted)
 /// ends the stream without a status.
@@ -574,7 +653,7 @@ async fn stream(
     socket: tokio_tungstenite::WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>,
     mut child: tokio::process::Child,
     v5: bool,
-) -> Option<i32> {
+) {
     let (mut sink, mut incoming) = socket.split();
     let mut stdin = child.stdin.take();
     let mut stdout = child.stdout.take().unwrap();
@@ -626,13 +705,13 @@ async fn stream(
         }
     }
     drop(stdin);
-    let status = child.wait().await.ok()?;
+    let Ok(status) = child.wait().await else { return };
     use std::os::unix::process::ExitStatusExt;
     let code = match (status.code(), status.signal()) {
         (Some(code), _) => code,
-        (None, Some(libc::SIGKILL)) => return None, // killed by a pod deletion: the stream just ends
+        (None, Some(libc::SIGKILL)) => return, // killed by a pod deletion: the stream just ends
         (None, Some(signal)) => 128 + signal,
-        (None, None) => return None,
+        (None, None) => return,
     };
     let body = if code == 0 {
         json!({"metadata": {}, "status": "Success"})
@@ -644,5 +723,4 @@ async fn stream(
     frame.extend_from_slice(body.to_string().as_bytes());
     let _ = sink.send(Message::binary(frame)).await;
     let _ = sink.close().await;
-    Some(code)
 }

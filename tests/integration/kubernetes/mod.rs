@@ -305,7 +305,7 @@ async fn api_errors_and_an_unreachable_api_are_sandbox_errors_that_name_the_fix(
 }
 
 #[apply(integration_test!)]
-async fn an_image_that_cannot_be_pulled_fails_at_once_with_the_reason() {
+async fn an_image_that_cannot_be_pulled_or_has_no_python_is_a_clear_error() {
     let Some(()) = built_with_kubernetes() else { return };
     let fake = FakeKube::start(Behaviour::default()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -349,17 +349,18 @@ async fn check_sandbox_reports_the_backend_and_what_it_asks_of_the_cluster() {
     assert!(eventually(Duration::from_secs(10), || fake.pod_names().is_empty()).await, "the probe's pod is removed");
 }
 
-/// The pod a warm pool's SandboxTemplate makes (as `deploy/kubernetes/warm-pool.yaml` does), as the fake
-/// returns it.
+/// The pod the SandboxTemplate of `deploy/kubernetes/warm-pool.yaml` makes, with runtime class `gvisor`;
+/// unless `confined`, with a service-account token and the container's security context left out.
 fn warm_pod(confined: bool) -> Value {
-    let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {},
-        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false, "runtimeClassName": "gvisor",
-                 "securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534},
-                 "containers": [{"name": "runner", "image": "python:3.12-slim",
-                                 "env": [{"name": "HOME", "value": "/scratch"}, {"name": "TMPDIR", "value": "/scratch"}],
-                                 "resources": {"limits": {"memory": "1280Mi", "cpu": "1"}},
-                                 "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-                                                     "capabilities": {"drop": ["ALL"]}}}]}});
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(repo_path("deploy/kubernetes/warm-pool.yaml")).unwrap();
+    let template = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|document| Value::deserialize(document).unwrap())
+        .find(|document| document["kind"] == "SandboxTemplate")
+        .unwrap();
+    let mut pod =
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": template["spec"]["podTemplate"]["spec"]});
+    pod["spec"]["runtimeClassName"] = json!("gvisor");
     if !confined {
         pod["spec"]["automountServiceAccountToken"] = json!(true);
         pod["spec"]["containers"][0]["securityContext"] = json!({});
