@@ -12,8 +12,13 @@ use serde_json::{Value, json};
 use crate::common::*;
 use fake_api::{Behaviour, FakeKube, NAMESPACE, WARM_POOL};
 
-/// Skips unless the binary has the backend (`--features kubernetes`); CI requires it (`PTC_REQUIRE`).
+/// Skips unless the binary has the backend (`--features kubernetes`; CI requires it: `PTC_REQUIRE`), and in the
+/// runs of the suite under a real sandbox (these tests do not depend on it: they run once).
 fn built_with_kubernetes() -> Option<()> {
+    if sandbox_under_test() != "none" {
+        skip("the kubernetes backend's tests run in the suite's run under none (they use no local sandbox)");
+        return None;
+    }
     let built = if cfg!(feature = "kubernetes") {
         Ok(())
     } else {
@@ -168,8 +173,13 @@ async fn a_runaway_program_is_killed_at_its_timeout_with_its_pod() {
     let text = ptc.execute("print('started', flush=True)\nwhile True:\n    pass").await.expect_error();
     assert!(text.contains("TimeoutError"), "{text}");
     assert!(text.contains("started"), "{text}");
-    let deleted = fake.requests_to("DELETE", "").into_iter().filter(|r| r.path.contains("/pods/ptc-runner-")).count();
-    assert!(deleted >= 2, "the probe's pod and the run's were deleted: {:?}", fake.requests());
+    // The pod is deleted just after the result is sent.
+    let deleted = || fake.requests_to("DELETE", "").iter().filter(|r| r.path.contains("/pods/ptc-runner-")).count();
+    assert!(
+        eventually(Duration::from_secs(20), || deleted() >= 2).await,
+        "the probe's pod and the run's: {:?}",
+        fake.requests()
+    );
     assert!(eventually(Duration::from_secs(20), || fake.pod_names().is_empty()).await);
     assert!(fake.processes().is_empty(), "the runner process was killed with its pod");
     // The next run gets a fresh pod.
@@ -224,9 +234,9 @@ async fn pods_left_by_a_killed_server_are_removed_by_the_next_one() {
 
     let next = Ptc::start(&kube_config(&fake, &[], "  pool_size: 0\n", "")).await;
     next.execute("print('swept')").await.expect_ok();
-    let mut left = fake.pod_names();
-    left.sort();
-    assert_eq!(left, ["running", "starting", "unrelated"], "ended and long-pending runner pods are removed, no others");
+    // Ended and long-pending runner pods are removed, no others (the new server's own go after its run).
+    let expected = ["running", "starting", "unrelated"];
+    assert!(eventually(Duration::from_secs(20), || fake.pod_names() == expected).await, "{:?}", fake.pod_names());
     // Only runner pods were ever listed.
     for list in fake.requests_to("GET", &format!("/namespaces/{NAMESPACE}/pods")) {
         assert_eq!(list.query_values("labelSelector"), ["app.kubernetes.io/managed-by=ptc-mcp,ptc-mcp.server"]);
@@ -418,4 +428,57 @@ async fn a_warm_pool_is_refused_without_its_crds_without_the_pool_or_with_unconf
     assert!(text.contains(&format!("claimed from SandboxWarmPool '{WARM_POOL}' is not confined as runner pods must be: it lacks automountServiceAccountToken: false, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: drop ALL, add none")), "{text}");
     assert!(fake.requests_to("GET", "/exec").is_empty(), "nothing ran in an unconfined pod");
     assert!(eventually(Duration::from_secs(20), || fake.claim_names().is_empty()).await, "refused claims are deleted");
+}
+
+/// The keeper (a runner pod's first process) as pid 1 of a pid namespace of its own, as in a container: it
+/// waits for a process to arrive (as an exec'd runner does), ends once that is gone, and ends by itself when
+/// none comes within its wait.
+#[apply(integration_test!)]
+async fn the_keeper_ends_its_pod_once_the_runner_is_gone_or_none_came() {
+    let Some(()) = built_with_kubernetes() else { return };
+    let works = std::process::Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).status();
+    let Some(()) = require(
+        "kubernetes",
+        match works {
+            Ok(status) if status.success() => Ok(()),
+            other => Err(format!("the keeper's test needs `unshare --pid --mount-proc` (root, util-linux): {other:?}")),
+        },
+    ) else {
+        return;
+    };
+    let keeper = std::fs::read_to_string(repo_path("backends/src/kubernetes/keeper.py")).unwrap();
+    let start = |first_wait: &str| {
+        tokio::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc", "--kill-child", "python3", "-I", "-S", "-c", &keeper, first_wait])
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    // Nothing comes: it ends after its wait.
+    let began = std::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(30), start("1").wait()).await.unwrap().unwrap();
+    assert!(status.success() && began.elapsed() >= Duration::from_secs(1), "{status:?} after {:?}", began.elapsed());
+
+    // A runner comes (nsenter joins the namespace as an exec does) and leaves: it ends after it, not before.
+    let mut keeper_process = start("0");
+    let unshare_pid = keeper_process.id().unwrap();
+    // The keeper is unshare's child, pid 1 inside.
+    let inner = loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{unshare_pid}/task/{unshare_pid}/children")).unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            break pid.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(keeper_process.try_wait().unwrap().is_none(), "with no wait limit it waits for its runner");
+    let runner =
+        tokio::process::Command::new("nsenter").args(["-t", &inner, "--pid", "--mount", "--", "sleep", "2"]).status();
+    let ran = std::time::Instant::now();
+    let (runner_status, keeper_status) = tokio::join!(runner, async {
+        tokio::time::timeout(Duration::from_secs(30), keeper_process.wait()).await.unwrap().unwrap()
+    });
+    assert!(runner_status.unwrap().success());
+    assert!(keeper_status.success() && ran.elapsed() >= Duration::from_secs(2), "it ended with its runner, not before");
 }
