@@ -244,6 +244,35 @@ async fn pods_left_by_a_killed_server_are_removed_by_the_next_one() {
 }
 
 #[apply(integration_test!)]
+async fn a_stopped_server_deletes_its_pods_and_claims_itself() {
+    let Some(()) = built_with_kubernetes() else { return };
+    for warm_pool in [false, true] {
+        let fake =
+            FakeKube::start(Behaviour { warm_pool: warm_pool.then(|| warm_pod(true)), ..Default::default() }).await;
+        let extra = if warm_pool { format!("    warm_pool: {WARM_POOL}\n") } else { String::new() };
+        let mut ptc = Ptc::start(&kube_config(&fake, &[], "  pool_size: 2\n", &extra)).await;
+        ptc.execute("print('warm')").await.expect_ok();
+        // The pool's two ready runners, each in a pod; then a run in one of them.
+        assert!(eventually(Duration::from_secs(20), || fake.pod_names().len() == 2).await, "{:?}", fake.pod_names());
+        let peer = ptc.client.peer().clone();
+        let params = rmcp::model::CallToolRequestParams::new("execute_program")
+            .with_arguments(json!({"code": "import time\ntime.sleep(60)"}).as_object().unwrap().clone());
+        let run = tokio::spawn(async move { peer.call_tool(params).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!fake.processes().is_empty());
+        // SAFETY: kill with a child pid we own.
+        unsafe { libc::kill(ptc.child.id().unwrap() as i32, libc::SIGTERM) };
+        let status =
+            tokio::time::timeout(Duration::from_secs(30), ptc.child.wait()).await.expect("it stops on SIGTERM");
+        assert!(status.unwrap().success());
+        run.abort();
+        // Gone when the server has exited, not left for the next one's sweep.
+        assert_eq!((fake.pod_names(), fake.claim_names()), (vec![], vec![]), "with a warm pool: {warm_pool}");
+        assert!(fake.processes().is_empty());
+    }
+}
+
+#[apply(integration_test!)]
 async fn api_errors_and_an_unreachable_api_are_sandbox_errors_that_name_the_fix() {
     let Some(()) = built_with_kubernetes() else { return };
     let forbidden = "pods is forbidden: User \"system:serviceaccount:ptc:ptc-mcp\" cannot create resource \"pods\" in API group \"\" in the namespace \"ptc-runners\"";
