@@ -19,6 +19,7 @@ use super::error::{KubeError, api_error, source_chain};
 use super::pod::{self, CLAIM_LABEL, MANAGED_BY, SERVER_LABEL};
 use super::runner::{Owner, exec};
 use crate::docker::spec::confined_source;
+use crate::docker::{ImagePython, PROBE_SCRIPT, says_a_command_is_missing};
 use crate::protocol::RUNNER_SOURCE;
 use crate::rlimits;
 use crate::{Availability, Limits, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
@@ -31,9 +32,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A pod still pending this long after its creation was abandoned (its start gave up at [`START_TIMEOUT`]).
 const STALE_AFTER: Duration = Duration::from_secs(180);
-/// Printed by the probe: the interpreter the image has, after the confinement prologue ran.
-const PROBE_SCRIPT: &str = "import json, os, sys\nprint(json.dumps({'executable': sys.executable, \
-'version': '%d.%d.%d' % sys.version_info[:3], 'machine': os.uname().machine}))";
 /// Container states that will not turn into a running container by waiting.
 const HOPELESS: &[&str] = &[
     "ErrImagePull",
@@ -79,13 +77,6 @@ enum Source {
 struct Prepared {
     source: Source,
     python: ImagePython,
-}
-
-#[derive(Debug, Clone, serde::Deserialize)]
-struct ImagePython {
-    executable: String,
-    version: String,
-    machine: String,
 }
 
 impl KubernetesBackend {
@@ -147,7 +138,7 @@ impl KubernetesBackend {
         // The runtime could not start the interpreter: the exec's status says so, before or after the source
         // was sent.
         let runner = self.start(connected, source, &limits, script).await.map_err(|e| match e {
-            KubeError::Exec { why, .. } if names_a_missing_command(&why) => {
+            KubeError::Exec { why, .. } if says_a_command_is_missing(&why) => {
                 KubeError::NoPython { image: image.clone() }
             }
             other => other,
@@ -155,7 +146,7 @@ impl KubernetesBackend {
         let probe = runner.finish_probe(PROBE_TIMEOUT).await;
         let found: ImagePython = match serde_json::from_str(probe.stdout.trim()) {
             Ok(found) if probe.completed => found,
-            _ if names_a_missing_command(&probe.exit.to_string()) => return Err(KubeError::NoPython { image }),
+            _ if says_a_command_is_missing(&probe.exit.to_string()) => return Err(KubeError::NoPython { image }),
             _ => {
                 let output = if probe.stderr.trim().is_empty() { &probe.stdout } else { &probe.stderr };
                 return Err(KubeError::ProbeFailed { image, exit: probe.exit, output: output.trim().to_string() });
@@ -193,11 +184,6 @@ impl KubernetesBackend {
         };
         task.await.unwrap_or_else(|e| Err(KubeError::Interrupted(e.to_string())))
     }
-}
-
-/// Whether an exec's failure says its command is not in the image.
-fn names_a_missing_command(why: &str) -> bool {
-    why.contains("executable file not found") || why.contains("no such file")
 }
 
 /// Loads the client configuration and checks that the API answers.

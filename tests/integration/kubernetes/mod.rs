@@ -37,6 +37,13 @@ fn kube_config(fake: &FakeKube, servers: &[String], execution: &str, extra: &str
     )
 }
 
+/// `kubernetes` keys naming a template file (in `dir`) with this text.
+fn template_keys(dir: &tempfile::TempDir, text: &str) -> String {
+    let path = dir.path().join("pod.yaml");
+    std::fs::write(&path, text).unwrap();
+    format!("    template: {}\n", path.display())
+}
+
 /// The pod bodies the server created.
 fn created_pods(fake: &FakeKube) -> Vec<Value> {
     fake.requests_to("POST", &format!("/namespaces/{NAMESPACE}/pods")).into_iter().map(|r| r.body).collect()
@@ -128,14 +135,11 @@ async fn a_template_gives_the_image_resources_and_scheduling_and_may_not_loosen_
     let Some(()) = built_with_kubernetes() else { return };
     let fake = FakeKube::start(Behaviour::default()).await;
     let dir = tempfile::tempdir().unwrap();
-    let template = dir.path().join("pod.yaml");
-    std::fs::write(
-        &template,
+    let extra = template_keys(
+        &dir,
         "apiVersion: v1\nkind: Pod\nmetadata:\n  labels:\n    team: ml\nspec:\n  nodeSelector:\n    pool: sandboxes\n  \
          containers:\n  - image: registry.example/python:3.12\n    resources:\n      limits:\n        cpu: 500m\n        memory: 1Gi\n",
-    )
-    .unwrap();
-    let extra = format!("    template: {}\n", template.display());
+    );
     let ptc = Ptc::start(&kube_config(&fake, &[], "  pool_size: 0\n", &extra)).await;
     ptc.execute("print('ok')").await.expect_ok();
     let pod = created_pods(&fake).pop().unwrap();
@@ -145,11 +149,11 @@ async fn a_template_gives_the_image_resources_and_scheduling_and_may_not_loosen_
     assert_eq!(pod["metadata"]["labels"]["team"], "ml");
     assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
 
-    std::fs::write(&template, "kind: Pod\nspec:\n  hostNetwork: true\n").unwrap();
+    let extra = template_keys(&dir, "kind: Pod\nspec:\n  hostNetwork: true\n");
     let ptc = Ptc::start(&kube_config(&fake, &[], "  pool_size: 0\n", &extra)).await;
     let text = ptc.execute("print('ok')").await.expect_error();
     assert!(
-        text.contains(&format!("SandboxError: the 'kubernetes' sandbox is unavailable: execution.kubernetes.template {}: spec.hostNetwork: not for a template", template.display())),
+        text.contains(&format!("SandboxError: the 'kubernetes' sandbox is unavailable: execution.kubernetes.template {}: spec.hostNetwork: not for a template", dir.path().join("pod.yaml").display())),
         "{text}"
     );
 }
@@ -348,9 +352,7 @@ async fn an_image_that_cannot_be_pulled_or_has_no_python_is_a_clear_error() {
     let Some(()) = built_with_kubernetes() else { return };
     let fake = FakeKube::start(Behaviour::default()).await;
     let dir = tempfile::tempdir().unwrap();
-    let template = dir.path().join("pod.yaml");
-    std::fs::write(&template, "kind: Pod\nspec:\n  containers:\n  - image: missing/python:9\n").unwrap();
-    let extra = format!("    template: {}\n", template.display());
+    let extra = template_keys(&dir, "kind: Pod\nspec:\n  containers:\n  - image: missing/python:9\n");
     let ptc = Ptc::start(&kube_config(&fake, &[], "  pool_size: 0\n", &extra)).await;
     let text = ptc.execute("print(1)").await.expect_error();
     assert!(
@@ -360,6 +362,14 @@ async fn an_image_that_cannot_be_pulled_or_has_no_python_is_a_clear_error() {
     assert!(
         eventually(Duration::from_secs(20), || fake.pod_names().is_empty()).await,
         "the pod that never ran is deleted"
+    );
+
+    let extra = template_keys(&dir, "kind: Pod\nspec:\n  containers:\n  - image: nopython/debian:12\n");
+    let text =
+        Ptc::start(&kube_config(&fake, &[], "  pool_size: 0\n", &extra)).await.execute("print(1)").await.expect_error();
+    assert!(
+        text.contains("image 'nopython/debian:12' has no python3 on its PATH; use an image with CPython 3.9 or later"),
+        "{text}"
     );
 }
 
