@@ -333,7 +333,7 @@ impl DeleteUnlessDisarmed {
 impl Drop for DeleteUnlessDisarmed {
     fn drop(&mut self) {
         if let Some(owner) = self.0.take() {
-            tokio::spawn(async move { owner.delete().await });
+            owner.delete_in_background();
         }
     }
 }

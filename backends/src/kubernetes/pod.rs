@@ -301,6 +301,8 @@ pub fn unconfined(pod: &Pod, settings: &KubernetesSettings) -> Vec<String> {
         "no host namespaces",
     );
     need(spec.restart_policy.as_deref() == Some("Never"), "restartPolicy: Never");
+    // Nothing of the node's or the cluster's: no host paths, secrets or projected tokens.
+    need(spec.volumes.iter().flatten().all(|v| v.empty_dir.is_some()), "no volumes but emptyDir");
     if let Some(class) = &settings.runtime_class {
         need(spec.runtime_class_name.as_ref() == Some(class), &format!("runtimeClassName: {class}"));
     }
@@ -440,12 +442,18 @@ mod tests {
         assert!(unconfined(&pod_with_spec(spec.clone()), &gvisor).is_empty());
         spec.runtime_class_name = None;
         spec.automount_service_account_token = None;
+        spec.volumes.as_mut().unwrap().push(Volume {
+            name: "host".into(),
+            host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource { path: "/".into(), type_: None }),
+            ..Default::default()
+        });
         spec.containers[0].security_context.as_mut().unwrap().read_only_root_filesystem = None;
         spec.containers[0].security_context.as_mut().unwrap().capabilities = None;
         assert_eq!(
             unconfined(&pod_with_spec(spec), &gvisor),
             [
                 "automountServiceAccountToken: false",
+                "no volumes but emptyDir",
                 "runtimeClassName: gvisor",
                 "readOnlyRootFilesystem: true",
                 "capabilities: drop ALL, add none"

@@ -67,7 +67,7 @@ impl Owner {
         }
     }
 
-    fn delete_in_background(&self) {
+    pub fn delete_in_background(&self) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let owner = self.clone();
             runtime.spawn(async move { owner.delete().await });
