@@ -104,6 +104,8 @@ pub fn backend_settings(config: &Config) -> Result<BackendSettings, StartError> 
         python: config.execution.python.clone(),
         helper,
         docker: config.execution.docker.clone(),
+        kubernetes: config.execution.kubernetes.clone(),
+        limits: config.execution.limits.clone(),
         allow_degraded: config.execution.allow_degraded,
     })
 }

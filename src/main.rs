@@ -21,9 +21,10 @@ struct Cli {
     #[arg(long, value_name = "PATH", global = true)]
     config: Option<PathBuf>,
 
-    /// Check whether a sandbox (auto, seatbelt, landlock, docker or none) can run programs here, print what
-    /// it enforces and what that guarantees, or why it cannot run, and exit (status 0 when it can). Uses
-    /// execution.python, execution.docker and execution.allow_degraded from the config.
+    /// Check whether a sandbox (auto, seatbelt, landlock, docker, kubernetes or none) can run programs here,
+    /// print what it enforces and what that guarantees, or why it cannot run, and exit (status 0 when it can).
+    /// Uses execution.python, execution.docker, execution.kubernetes and execution.allow_degraded from the
+    /// config.
     #[arg(long, value_name = "SANDBOX")]
     check_sandbox: Option<String>,
 

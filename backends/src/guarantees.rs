@@ -223,7 +223,8 @@ pub fn mode_of(kind: SandboxKind, availability: &Availability) -> Option<Mode> {
         SandboxKind::Docker => Some(Mode::Docker),
         SandboxKind::Seatbelt => Some(Mode::Seatbelt),
         SandboxKind::None => Some(Mode::None),
-        SandboxKind::Auto => None,
+        // Not in the table: no cluster runs the escape suite here (README "The kubernetes sandbox").
+        SandboxKind::Kubernetes | SandboxKind::Auto => None,
     }
 }
 

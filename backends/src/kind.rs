@@ -9,6 +9,8 @@ pub enum SandboxKind {
     Seatbelt,
     Landlock,
     Docker,
+    /// One pod per runner in a Kubernetes cluster (the `kubernetes` cargo feature).
+    Kubernetes,
     /// No OS isolation; explicit opt-in only.
     None,
 }
@@ -29,6 +31,7 @@ impl SandboxKind {
             SandboxKind::Seatbelt => "seatbelt",
             SandboxKind::Landlock => "landlock",
             SandboxKind::Docker => "docker",
+            SandboxKind::Kubernetes => "kubernetes",
             SandboxKind::None => "none",
         }
     }

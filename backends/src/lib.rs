@@ -10,6 +10,7 @@ mod docker;
 pub mod guarantees;
 mod host;
 mod kind;
+mod kubernetes;
 mod landlock;
 pub mod lifecycle;
 mod limits;
@@ -34,6 +35,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use docker::{DockerBackend, DockerSettings, DockerSettingsError};
 pub use kind::SandboxKind;
+pub use kubernetes::{KubernetesSettings, KubernetesSettingsError};
 pub use landlock::LandlockBackend;
 pub use limits::Limits;
 pub use none::NoneBackend;
@@ -189,6 +191,10 @@ pub struct BackendSettings {
     pub helper: PathBuf,
     /// `execution.docker`.
     pub docker: DockerSettings,
+    /// `execution.kubernetes`.
+    pub kubernetes: KubernetesSettings,
+    /// `execution.limits`: the `kubernetes` backend sizes its probe's pod with them.
+    pub limits: Limits,
     /// `execution.allow_degraded`: run programs in a sandbox that works here only with protection missing
     /// (landlock without user namespaces); otherwise such a sandbox reports itself unavailable.
     pub allow_degraded: bool,
@@ -204,6 +210,12 @@ pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxB
         }
         SandboxKind::Seatbelt => Arc::new(SeatbeltBackend::new(settings.python.clone())),
         SandboxKind::Docker => Arc::new(DockerBackend::new(settings.docker.clone())),
+        #[cfg(feature = "kubernetes")]
+        SandboxKind::Kubernetes => {
+            Arc::new(kubernetes::KubernetesBackend::new(settings.kubernetes.clone(), settings.limits.clone()))
+        }
+        #[cfg(not(feature = "kubernetes"))]
+        SandboxKind::Kubernetes => Arc::new(kubernetes::Unbuilt),
         SandboxKind::Auto => unreachable!("resolve_auto never returns auto"),
     }
 }

@@ -39,7 +39,7 @@ pub(super) fn parse(sandbox: &str) -> Option<SandboxKind> {
     let kind = serde_yaml_ng::from_str(sandbox).ok();
     if kind.is_none() {
         print_err(&format!(
-            "ptc-mcp: unknown sandbox '{sandbox}'; expected auto, seatbelt, landlock, docker or none\n"
+            "ptc-mcp: unknown sandbox '{sandbox}'; expected auto, seatbelt, landlock, docker, kubernetes or none\n"
         ));
     }
     kind

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use ptc_backends::DockerSettingsError;
+use ptc_backends::{DockerSettingsError, KubernetesSettingsError};
 
 use super::auth::AuthConfigError;
 use super::expand::ExpandError;
@@ -112,6 +112,8 @@ pub enum InvalidConfig {
     NoPython,
     #[error("execution.docker.{0}")]
     Docker(#[from] DockerSettingsError),
+    #[error("execution.kubernetes.{0}")]
+    Kubernetes(#[from] KubernetesSettingsError),
     #[error(transparent)]
     Seconds(#[from] BadSeconds),
     #[error(transparent)]

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
-pub use ptc_backends::{DockerSettings, Limits, SandboxKind};
+pub use ptc_backends::{DockerSettings, KubernetesSettings, Limits, SandboxKind};
 use serde::Deserialize;
 
 use crate::naming::identifier_part;
@@ -163,6 +163,8 @@ pub struct ExecutionConfig {
     pub pool_size: usize,
     /// The `docker` backend: engine, image and container limits.
     pub docker: DockerSettings,
+    /// The `kubernetes` backend: namespace, pod template or warm pool, runtime class, kubeconfig.
+    pub kubernetes: KubernetesSettings,
     /// Run programs in the landlock sandbox's degraded mode (no user namespaces: programs can learn which host
     /// files exist). Off: such a machine refuses programs and says why.
     pub allow_degraded: bool,
@@ -197,6 +199,7 @@ impl Default for ExecutionConfig {
             limits: Limits::default(),
             pool_size: 2,
             docker: DockerSettings::default(),
+            kubernetes: KubernetesSettings::default(),
             allow_degraded: false,
             precheck: true,
             max_attachments: 4,
@@ -532,7 +535,8 @@ impl ExecutionConfig {
         if self.python.trim().is_empty() {
             return Err(InvalidConfig::NoPython);
         }
-        Ok(self.docker.validate()?)
+        self.docker.validate()?;
+        Ok(self.kubernetes.validate()?)
     }
 }
 

@@ -109,6 +109,19 @@ fn docker_keys_parse_and_override_the_limits_they_default_from() {
 }
 
 #[test]
+fn kubernetes_keys_parse_in_every_build() {
+    let text = "execution:\n  sandbox: kubernetes\n  kubernetes:\n    namespace: ptc-runners\n    runtime_class: gvisor\n    \
+                template: /etc/ptc/pod.yaml\n    kubeconfig: /etc/ptc/kubeconfig\n";
+    let e = parse(text).unwrap().execution;
+    assert_eq!(e.sandbox, SandboxKind::Kubernetes);
+    let k = &e.kubernetes;
+    assert_eq!((k.namespace.as_deref(), k.runtime_class.as_deref()), (Some("ptc-runners"), Some("gvisor")));
+    assert_eq!(k.template.as_deref(), Some(std::path::Path::new("/etc/ptc/pod.yaml")));
+    assert_eq!(k.kubeconfig.as_deref(), Some(std::path::Path::new("/etc/ptc/kubeconfig")));
+    assert_eq!(k.warm_pool, None);
+}
+
+#[test]
 fn errors_name_the_key_and_what_is_expected() {
     let cases = [
         ("execution:\n  timeout: 5\n", "execution.timeout: unknown field `timeout`, expected one of `timeout_seconds`"),
@@ -128,6 +141,15 @@ fn errors_name_the_key_and_what_is_expected() {
         ("execution:\n  docker:\n    pids: 1\n", "execution.docker.pids: must be at least 8"),
         ("execution:\n  docker:\n    memory_mb: 1\n", "execution.docker.memory_mb: must be at least 16"),
         ("execution:\n  docker:\n    runtime: ' '\n", "execution.docker.runtime: must name an OCI runtime"),
+        ("execution:\n  kubernetes:\n    pod: x\n", "execution.kubernetes.pod: unknown field `pod`"),
+        (
+            "execution:\n  kubernetes:\n    namespace: Ptc\n",
+            "execution.kubernetes.namespace: 'Ptc' is not a Kubernetes name",
+        ),
+        (
+            "execution:\n  kubernetes:\n    template: p.yaml\n    warm_pool: w\n",
+            "execution.kubernetes.template: not used with warm_pool",
+        ),
         ("execution:\n  trace: full\n", "execution.trace: unknown variant `full`"),
         ("execution:\n  precheck: maybe\n", "execution.precheck: invalid type"),
         ("execution:\n  max_attachments: 0\n", "execution.max_attachments: must be at least 1"),

@@ -22,6 +22,7 @@ mod hangup;
 mod health;
 mod http;
 mod http_hardening;
+mod kubernetes;
 mod limits;
 mod oauth;
 mod observed_shapes;

@@ -46,8 +46,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Stale containers (never started, or not removed by the engine) older than this are removed at start-up.
 const STALE_AFTER: Duration = Duration::from_secs(120);
-/// Printed by the probe: the interpreter the image has, after the confinement prologue ran.
-const PROBE_SCRIPT: &str = "import json, os, sys\nprint(json.dumps({'executable': sys.executable, \
+/// Printed by the probe: the interpreter the image has, after the confinement prologue ran (also by the
+/// `kubernetes` backend's probe).
+pub(crate) const PROBE_SCRIPT: &str = "import json, os, sys\nprint(json.dumps({'executable': sys.executable, \
 'version': '%d.%d.%d' % sys.version_info[:3], 'machine': os.uname().machine}))";
 
 pub struct DockerBackend {
@@ -72,11 +73,12 @@ struct Prepared {
     python: ImagePython,
 }
 
+/// What [`PROBE_SCRIPT`] prints.
 #[derive(Debug, Clone, serde::Deserialize)]
-struct ImagePython {
-    executable: String,
-    version: String,
-    machine: String,
+pub(crate) struct ImagePython {
+    pub executable: String,
+    pub version: String,
+    pub machine: String,
     /// Whether runs mask /etc (the interpreter starts without it).
     #[serde(default)]
     hide_etc: bool,
@@ -224,7 +226,11 @@ impl DockerBackend {
 
 /// Whether the engine's refusal to start a container says its command is not in the image.
 fn names_a_missing_command(error: &bollard::errors::Error) -> bool {
-    let message = error.to_string();
+    says_a_command_is_missing(&error.to_string())
+}
+
+/// Whether a container runtime's refusal to start a command says the command is not in the image.
+pub(crate) fn says_a_command_is_missing(message: &str) -> bool {
     message.contains("executable file not found") || message.contains("no such file")
 }
 

@@ -117,6 +117,9 @@ pub const SCRATCH: &str = "/scratch";
 pub const USER: &str = "65534:65534";
 /// The user's name in the container's own user database and in `LOGNAME`/`USER` (for `getpass.getuser()`).
 const USER_NAME: &str = "ptc";
+/// The runner's whole environment (the prologue removes anything else a runtime adds).
+pub const USER_ENV: [(&str, &str); 4] =
+    [("HOME", SCRATCH), ("TMPDIR", SCRATCH), ("LOGNAME", USER_NAME), ("USER", USER_NAME)];
 /// With the image's /etc hidden, /etc is a tiny tmpfs of the container's own, where the prologue writes a user
 /// database for the runner's user; the files Docker adds there (its /etc/hostname, /etc/hosts and
 /// /etc/resolv.conf) are masked. runsc ignores masked paths: there they hold only the host name below, Docker's
@@ -187,7 +190,7 @@ impl TaskBound {
 
 /// Source for `python -c`: the prologue, the call that confines the interpreter with the run's rlimits (and
 /// `nproc` as RLIMIT_NPROC), then `body` (the runner, or the probe's script).
-fn confined_source(limits: &Limits, cpu_seconds: u64, nproc: Option<u64>, body: &str) -> String {
+pub(crate) fn confined_source(limits: &Limits, cpu_seconds: u64, nproc: Option<u64>, body: &str) -> String {
     // The container's cgroup counts the memory it uses: no memory rlimits (they would count reservations).
     let mut by_name: serde_json::Map<String, serde_json::Value> =
         rlimits::named_for_run(limits, cpu_seconds, MemoryBound::Cgroup)
@@ -251,12 +254,7 @@ pub fn container_body(
         cmd: Some(command),
         // [""] resets an image's entrypoint: the command runs as given.
         entrypoint: Some(vec![String::new()]),
-        env: Some(vec![
-            format!("HOME={SCRATCH}"),
-            format!("TMPDIR={SCRATCH}"),
-            format!("LOGNAME={USER_NAME}"),
-            format!("USER={USER_NAME}"),
-        ]),
+        env: Some(USER_ENV.iter().map(|(name, value)| format!("{name}={value}")).collect()),
         working_dir: Some(SCRATCH.to_string()),
         user: Some(USER.to_string()),
         hostname: Some(HOSTNAME.to_string()),
