@@ -6,6 +6,7 @@ mod backoff;
 mod call_error;
 mod catalog;
 mod client;
+mod held;
 mod http;
 mod limits;
 mod liveness;
@@ -31,6 +32,7 @@ use crate::config::{Config, ServerConfig, ToolFilter};
 use crate::naming::server_prefix;
 pub use call_error::{CallError, Failure};
 pub use catalog::{Catalog, ShapeSlots, ToolEntry};
+use held::HeldResult;
 use liveness::LossKind;
 
 /// The connection state of one server.
@@ -254,12 +256,17 @@ impl Registry {
             }
             Ok(Ok(result)) => result,
         };
-        let large = result::is_large(&result);
+        let mut held = held::take(&result);
+        let large = held.is_some() || result::is_large(&result);
         let slots = self.shape_slots.clone();
         let read = move || -> Result<CallResult, result::ResultError> {
-            let value = result::interpret(&mut result, &entry.result_shape(), max_result_bytes)?;
+            let value = match &mut held {
+                Some(held) => result::interpret_held(held, &entry.result_shape(), max_result_bytes)?,
+                None => result::interpret(&mut result, &entry.result_shape(), max_result_bytes)?,
+            };
             entry.observe(&value, &slots);
-            Ok(CallResult { value, media: result::media(result) })
+            let media = result::media(held.map_or(result, HeldResult::into_others));
+            Ok(CallResult { value, media })
         };
         let read = if large {
             tokio::task::spawn_blocking(read)

@@ -8,7 +8,7 @@
 mod calls;
 mod large_texts;
 mod stderr;
-mod tool_result;
+pub(super) mod tool_result;
 mod transport;
 
 use std::os::unix::process::ExitStatusExt;

@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
+use super::super::held::HeldResult;
 use super::super::limits::OFF_THREAD_BYTES;
 use super::calls::Calls;
 use super::large_texts::Cut;
@@ -199,18 +200,31 @@ fn parse(mut line: Vec<u8>, calls: &Mutex<Calls>) -> Option<Received> {
     let cut = Cut::of(&line);
     let unlarge = cut.as_ref().map_or(line.as_slice(), Cut::rest);
     match answered_call(unlarge, calls) {
-        Answered::Call { id, result: at } => match tool_result::read(&unlarge[at]) {
-            Ok(Some(mut result)) => {
-                let filled = match cut {
-                    Some(cut) => cut.fill(&mut result, line).map(|()| result),
-                    None => Ok(result),
-                };
-                return Some(answer(id, filled));
+        Answered::Call { id, result: at } => {
+            // A large result with structured content and no large text is held as the line itself, for the
+            // registry to read in place.
+            let held = match cut {
+                None if line.len() >= OFF_THREAD_BYTES => HeldResult::read(&mut line, at.clone()),
+                _ => Ok(None),
+            };
+            let read = match held {
+                Ok(Some(held)) => Ok(Some(held.hold())),
+                Ok(None) => tool_result::read(&cut.as_ref().map_or(line.as_slice(), Cut::rest)[at]),
+                Err(error) => Err(error),
+            };
+            match read {
+                Ok(Some(mut result)) => {
+                    let filled = match cut {
+                        Some(cut) => cut.fill(&mut result, line).map(|()| result),
+                        None => Ok(result),
+                    };
+                    return Some(answer(id, filled));
+                }
+                // Not a tool result (a task handle, say): read as any other message.
+                Ok(None) => {}
+                Err(error) => return Some(answer(id, Err(error))),
             }
-            // Not a tool result (a task handle, say): read as any other message.
-            Ok(None) => {}
-            Err(error) => return Some(answer(id, Err(error))),
-        },
+        }
         Answered::Unreadable { id, error } => {
             return Some(unreadable(id, &format!("it is not valid JSON ({error})")));
         }
