@@ -10,6 +10,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 
+use super::http_held::Holding;
 use super::limits::Limits;
 use super::liveness::{Classify, Loss, LossSignal, Watched};
 use super::remote;
@@ -18,7 +19,7 @@ use crate::config::ServerConfig;
 /// rmcp's error for this transport.
 type HttpError = StreamableHttpError<reqwest::Error>;
 
-pub type HttpTransport = Watched<StreamableHttpClientTransport<reqwest::Client>>;
+pub type HttpTransport = Watched<StreamableHttpClientTransport<Holding<reqwest::Client>>>;
 
 /// How often a dropped SSE stream is resumed (with `Last-Event-ID`) before the request fails. rmcp's
 /// default retries forever, which leaves a call to a dead server hanging.
@@ -39,7 +40,7 @@ pub fn transport(config: &ServerConfig, limits: Limits, signal: LossSignal) -> R
         .max_json_response_size(limits.max_message_bytes)
         .max_sse_event_size(limits.max_message_bytes);
     settings.retry_config = Arc::new(resume);
-    Ok(Watched::new(StreamableHttpClientTransport::with_client(client, settings), &config.name, signal))
+    Ok(Watched::new(StreamableHttpClientTransport::with_client(Holding(client), settings), &config.name, signal))
 }
 
 impl Classify for HttpError {

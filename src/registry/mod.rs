@@ -8,6 +8,7 @@ mod catalog;
 mod client;
 mod held;
 mod http;
+mod http_held;
 mod limits;
 mod liveness;
 mod remote;

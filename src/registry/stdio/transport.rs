@@ -240,11 +240,11 @@ fn parse(mut line: Vec<u8>, calls: &Mutex<Calls>) -> Option<Received> {
 
 /// The fields of a message that say whether it answers one of our `tools/call` requests.
 #[derive(Deserialize)]
-struct Answer<'a> {
-    id: Option<RequestId>,
+pub struct Answer<'a> {
+    pub id: Option<RequestId>,
     /// Present even when `null` (which is no tool result, so the call fails at once).
     #[serde(default, borrow, deserialize_with = "tool_result::present")]
-    result: Option<&'a RawValue>,
+    pub result: Option<&'a RawValue>,
 }
 
 /// Whether a line answers one of our calls.
