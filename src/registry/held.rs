@@ -129,20 +129,27 @@ impl HeldResult {
         stand_in.is_error = self.is_error;
         stand_in.meta =
             Some(MetaObject(serde_json::Map::from_iter([(TOKEN_KEY.to_string(), Value::from(token.clone()))])));
-        let now = Instant::now();
         let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
         let held = held.get_or_insert_with(HashMap::new);
-        held.retain(|_, (read, _)| now.duration_since(*read) < UNCLAIMED_FOR);
-        held.insert(token, (now, self));
+        forget_unclaimed(held);
+        held.insert(token, (Instant::now(), self));
         stand_in
     }
 }
 
 /// The result a stand-in from [`HeldResult::hold`] names (taken: a second call gives `None`).
 pub fn take(result: &CallToolResult) -> Option<HeldResult> {
-    let token = result.meta.as_ref()?.0.get(TOKEN_KEY)?.as_str()?;
     let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-    held.as_mut()?.remove(token).map(|(_, result)| result)
+    let held = held.as_mut()?;
+    forget_unclaimed(held);
+    let token = result.meta.as_ref()?.0.get(TOKEN_KEY)?.as_str()?;
+    held.remove(token).map(|(_, result)| result)
+}
+
+/// Drops the results whose call was given up before it got them.
+fn forget_unclaimed(held: &mut HashMap<String, (Instant, HeldResult)>) {
+    let now = Instant::now();
+    held.retain(|_, (read, _)| now.duration_since(*read) < UNCLAIMED_FOR);
 }
 
 /// A JSON value read to the end of each of its strings, escapes decoded (as a tree reads them), and kept

@@ -40,8 +40,7 @@ impl<C: StreamableHttpClient + Sync> StreamableHttpClient for Holding<C> {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> PostResult<Self::Error> {
-        let call = called(&message);
-        held(call, self.0.post_message(uri, message, session_id, auth_header, custom_headers).await)
+        self.0.post_message(uri, message, session_id, auth_header, custom_headers).await
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -53,7 +52,6 @@ impl<C: StreamableHttpClient + Sync> StreamableHttpClient for Holding<C> {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> PostResult<Self::Error> {
-        let call = called(&message);
         let posted = self.0.post_message_with_max_sse_event_size(
             uri,
             message,
@@ -62,9 +60,10 @@ impl<C: StreamableHttpClient + Sync> StreamableHttpClient for Holding<C> {
             custom_headers,
             max_sse_event_size,
         );
-        held(call, posted.await)
+        posted.await
     }
 
+    /// What rmcp's transport posts every message with.
     async fn post_message_with_response_limits(
         &self,
         uri: Arc<str>,
