@@ -444,6 +444,29 @@ mod tests {
         assert_eq!(transport.calls().len(), 0);
     }
 
+    #[tokio::test]
+    async fn a_large_answer_with_structured_content_is_held_whatever_its_texts() {
+        let long = "x\"y".repeat(100_000);
+        let answers = [
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": long}],
+                "structuredContent": {"text": long}}}),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "row"}],
+                "structuredContent": {"rows": vec!["row"; 100_000]}}}),
+            json!({"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": long}]}}),
+        ];
+        let input: String = answers.iter().map(|answer| format!("{answer}\n")).collect();
+        let mut transport = transport(input, 16 << 20);
+        call(&mut transport, 1..=3).await;
+        for held in [true, true, false] {
+            let Some(ServerJsonRpcMessage::Response(response)) = Transport::<RoleClient>::receive(&mut transport).await
+            else {
+                panic!("no answer")
+            };
+            let ServerResult::CallToolResult(result) = response.result else { panic!("not a tool result") };
+            assert_eq!(super::super::super::held::take(&result).is_some(), held, "{:?}", response.id);
+        }
+    }
+
     /// rmcp drops `receive`'s future whenever another event comes first: a long line parsed on a blocking
     /// thread meanwhile is neither lost nor delivered twice, and what follows it comes after it.
     #[tokio::test]
