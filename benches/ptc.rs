@@ -6,7 +6,7 @@
 //! `runsc`, gVisor), then compares each one's per-run start-up with `none`'s and each docker runtime's runs and
 //! calls with the engine's default runtime's, and times the check before running (`execution.precheck`) on a 200-line program;
 //! last, a soak: 10,000 runs with tool calls in one server (`PTC_BENCH_SOAK_RUNS`), its memory and open files
-//! along the way.
+//! along the way. `PTC_BENCH_BINARY` measures another build of the server with the same rows.
 //!
 //! Words after the command choose sections: `precheck`, `sandboxes`, `soak` (`ci/bench.sh soak` runs the soak
 //! alone); none runs them all.
@@ -21,7 +21,11 @@ use rmcp::service::{RoleClient, RunningService};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-const BINARY: &str = env!("CARGO_BIN_EXE_ptc-mcp");
+/// The server measured: this build's, or `PTC_BENCH_BINARY` (another build, e.g. the one before a change,
+/// measured with the same rows).
+fn binary() -> String {
+    std::env::var("PTC_BENCH_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ptc-mcp").to_string())
+}
 
 fn repo(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
@@ -62,13 +66,18 @@ fn sandbox_keys(sandbox: &str) -> String {
 }
 
 async fn start(sandbox: &str, execution: &str) -> (Server, Duration) {
+    start_with(sandbox, &mock_entry(), execution).await
+}
+
+/// A server with these `servers` entries.
+async fn start_with(sandbox: &str, servers: &str, execution: &str) -> (Server, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     let kind = kind_and_runtime(sandbox).0;
-    let text = format!("servers:\n{}execution:\n  sandbox: {kind}\n{}{execution}", mock_entry(), sandbox_keys(sandbox));
+    let text = format!("servers:\n{servers}execution:\n  sandbox: {kind}\n{}{execution}", sandbox_keys(sandbox));
     std::fs::write(&config, text).unwrap();
     let started = Instant::now();
-    let mut command = Command::new(BINARY);
+    let mut command = Command::new(binary());
     command.arg("--config").arg(&config).env("RUST_LOG", "error");
     let (client, child) = connect(command).await;
     let ready = started.elapsed();
@@ -411,7 +420,61 @@ async fn bench_backend(sandbox: &str) -> Option<Figures> {
     );
     row("cold start to initialize answered", ms(cold_start), "-".into(), 1.0);
     structured_result_peak(sandbox).await;
+    structured_result_peak_over_http(sandbox).await;
     Some(Figures { print_pool_on: pool_on_p50, print_pool_off: pool_off_p50, per_call: per_call_through })
+}
+
+const SDK_ROWS_PROGRAM: &str =
+    "import json\nr = await mcp__mock__sdk_rows(count=110_000)\nemit(len(json.dumps(r, separators=(',', ':'))))";
+
+/// A fresh server through one program that emits the size of its result.
+struct Through {
+    /// The result's size, MiB.
+    size: f64,
+    /// The server's RSS after one small run and its peak RSS after the program, MiB.
+    idle_rss: f64,
+    peak_rss: f64,
+    /// Its CPU times (see [`Server::cpu`]) before and after the program.
+    cpu_before: (Duration, Duration),
+    cpu_after: (Duration, Duration),
+}
+
+async fn peak_through(server: &Server, program: &str) -> Through {
+    server.execute("print(1)").await;
+    let (idle_rss, _) = server.memory();
+    let cpu_before = server.cpu();
+    let run = server.execute(program).await;
+    let cpu_after = server.cpu();
+    let size = run["result"].as_f64().unwrap() / (1024.0 * 1024.0);
+    let (_, peak_rss) = server.memory();
+    Through { size, idle_rss, peak_rss, cpu_before, cpu_after }
+}
+
+/// The same structured result from our HTTP mock (tests/servers/http_fault_server.py) over streamable
+/// HTTP, in a JSON body and as an SSE event: a fresh server's peak RSS through it.
+async fn structured_result_peak_over_http(sandbox: &str) {
+    use tokio::io::AsyncBufReadExt;
+    for (framing, flags) in [("SSE event", &["--response", "sse"][..]), ("JSON body", &[][..])] {
+        let mut downstream = Command::new("python3")
+            .arg(repo("tests/servers/http_fault_server.py"))
+            .args(flags)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut announced = String::new();
+        tokio::io::BufReader::new(downstream.stdout.take().unwrap()).read_line(&mut announced).await.unwrap();
+        let port = announced.trim().strip_prefix("PORT ").expect("the HTTP mock announces its port");
+        let entry = format!("  - name: mock\n    transport: http\n    url: http://127.0.0.1:{port}/mcp\n");
+        let (server, _) = start_with(sandbox, &entry, "  timeout_seconds: 120\n").await;
+        let Through { size, idle_rss, peak_rss, .. } = peak_through(&server, SDK_ROWS_PROGRAM).await;
+        row(
+            &format!("server RSS peak, the same over streamable HTTP ({framing})"),
+            format!("{peak_rss:.1} MiB (idle {idle_rss:.1})"),
+            format!("{size:.1} MiB structured result"),
+            peak_rss / size,
+        );
+    }
 }
 
 /// The peak memory and CPU time of a fresh server through one structured result of 110,000 small rows, sent
@@ -420,21 +483,9 @@ async fn bench_backend(sandbox: &str) -> Option<Figures> {
 /// (`list_callable_tools`, back to back): the result is read off the runtime thread, which the stdio server
 /// has only one of.
 async fn structured_result_peak(sandbox: &str) {
-    const PROGRAM: &str =
-        "import json\nr = await mcp__mock__sdk_rows(count=110_000)\nemit(len(json.dumps(r, separators=(',', ':'))))";
-    let (server, _) = start(
-        sandbox,
-        "  timeout_seconds: 120
-",
-    )
-    .await;
-    server.execute("print(1)").await;
-    let (idle_rss, _) = server.memory();
-    let (cpu_before, runtime_before) = server.cpu();
-    let run = server.execute(PROGRAM).await;
-    let (cpu_after, runtime_after) = server.cpu();
-    let size = run["result"].as_f64().unwrap() / (1024.0 * 1024.0);
-    let (_, peak_rss) = server.memory();
+    let (server, _) = start(sandbox, "  timeout_seconds: 120\n").await;
+    let Through { size, idle_rss, peak_rss, cpu_before, cpu_after } = peak_through(&server, SDK_ROWS_PROGRAM).await;
+    let ((cpu_before, runtime_before), (cpu_after, runtime_after)) = (cpu_before, cpu_after);
     let result = format!("{size:.1} MiB structured result");
     row(
         "server RSS peak (after a structured result of 110,000 rows)",
@@ -456,7 +507,7 @@ async fn structured_result_peak(sandbox: &str) {
         runtime.as_secs_f64() / cpu.as_secs_f64().max(1e-9),
     );
     let started = Instant::now();
-    let large = server.execute(PROGRAM);
+    let large = server.execute(SDK_ROWS_PROGRAM);
     tokio::pin!(large);
     let mut slowest_other = Duration::ZERO;
     loop {

@@ -9,7 +9,7 @@ use rmcp::model::Tool;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::result::{ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
+use super::result::{OutputCheck, ResultShape, schema_says_wrapped, tool_meta_says_wrapped};
 use super::task_only;
 use crate::config::ToolFilter;
 use crate::naming::namespaced;
@@ -25,7 +25,7 @@ pub struct ToolEntry {
     pub tool: Tool,
     /// Compiled at the first result that needs it: most listed tools are never called, and compiling is
     /// the only use of the validator's compiler code (its pages stay out of memory until then).
-    validator: OnceLock<Option<jsonschema::Validator>>,
+    validator: OnceLock<Option<OutputCheck>>,
     wrapped: bool,
     signature: Signature,
     /// The tool as the runner's `run` message carries it, serialised once.
@@ -159,10 +159,10 @@ impl ToolEntry {
     }
 
     /// The compiled output schema, if the tool declares one that compiles.
-    fn validator(&self) -> Option<&jsonschema::Validator> {
+    fn validator(&self) -> Option<&OutputCheck> {
         let compile = || {
             let schema = self.tool.output_schema.as_ref()?;
-            jsonschema::validator_for(&Value::Object(schema.as_ref().clone()))
+            OutputCheck::compile(schema)
                 .inspect_err(|e| {
                     let (server, tool) = (&self.server, &self.tool.name);
                     tracing::warn!(server, %tool, "output schema does not compile, results are not validated: {e}");

@@ -11,6 +11,7 @@ use rmcp::transport::auth::AuthError;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 
+use super::http_held::Holding;
 use super::limits::Limits;
 use super::liveness::LossKind;
 use super::liveness::{Classify, Loss, LossSignal, Watched};
@@ -21,8 +22,9 @@ use crate::oauth::{Authorized, Credentials};
 /// rmcp's error for this transport.
 type HttpError = StreamableHttpError<reqwest::Error>;
 
-/// The transport; its client is the shared HTTP client, or that client with a server's OAuth tokens.
-pub type HttpTransport<C = reqwest::Client> = Watched<StreamableHttpClientTransport<C>>;
+/// The transport; its client is the shared HTTP client, or that client with a server's OAuth tokens, holding
+/// large answers to `tools/call`.
+pub type HttpTransport<C = reqwest::Client> = Watched<StreamableHttpClientTransport<Holding<C>>>;
 
 /// How often a dropped SSE stream is resumed (with `Last-Event-ID`) before the request fails. rmcp's
 /// default retries forever, which leaves a call to a dead server hanging.
@@ -34,7 +36,7 @@ const STREAM_RESUME_MAX_DELAY: Duration = Duration::from_secs(1);
 pub fn transport(config: &ServerConfig, limits: Limits, signal: LossSignal) -> Result<HttpTransport, Loss> {
     let client = remote::client().map_err(Loss::connection)?;
     Ok(Watched::new(
-        StreamableHttpClientTransport::with_client(client, settings(config, limits)?),
+        StreamableHttpClientTransport::with_client(Holding(client), settings(config, limits)?),
         &config.name,
         signal,
     ))
@@ -49,7 +51,7 @@ pub fn authorized_transport(
 ) -> Result<HttpTransport<Authorized>, Loss> {
     let client = Authorized::new(remote::client().map_err(Loss::connection)?, credentials);
     Ok(Watched::new(
-        StreamableHttpClientTransport::with_client(client, settings(config, limits)?),
+        StreamableHttpClientTransport::with_client(Holding(client), settings(config, limits)?),
         &config.name,
         signal,
     ))

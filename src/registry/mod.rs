@@ -6,7 +6,9 @@ mod backoff;
 mod call_error;
 mod catalog;
 mod client;
+mod held;
 mod http;
+mod http_held;
 mod limits;
 mod liveness;
 mod remote;
@@ -33,6 +35,7 @@ use crate::naming::server_prefix;
 use crate::oauth::Credentials;
 pub use call_error::{CallError, Failure};
 pub use catalog::{Catalog, ShapeSlots, ToolEntry};
+use held::HeldResult;
 use liveness::LossKind;
 pub use remote::{client as http_client, describe as describe_request_error};
 
@@ -271,12 +274,17 @@ impl Registry {
             Ok(Ok(result)) if task_only::refused_in(&result) => return Err(self.runs_only_as_a_task(&entry)),
             Ok(Ok(result)) => result,
         };
-        let large = result::is_large(&result);
+        let mut held = held::take(&result);
+        let large = held.is_some() || result::is_large(&result);
         let slots = self.shape_slots.clone();
         let read = move || -> Result<CallResult, result::ResultError> {
-            let value = result::interpret(&mut result, &entry.result_shape(), max_result_bytes)?;
+            let value = match &mut held {
+                Some(held) => result::interpret_held(held, &entry.result_shape(), max_result_bytes)?,
+                None => result::interpret(&mut result, &entry.result_shape(), max_result_bytes)?,
+            };
             entry.observe(&value, &slots);
-            Ok(CallResult { value, media: result::media(result) })
+            let media = result::media(held.map_or(result, HeldResult::into_others));
+            Ok(CallResult { value, media })
         };
         let read = if large {
             tokio::task::spawn_blocking(read)

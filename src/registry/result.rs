@@ -3,11 +3,16 @@
 //! The value is produced as serialised JSON ([`RawValue`]) so that the common case — one text block that is
 //! JSON — is validated once and passed to the runner without a parse/serialise round trip.
 
-use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
+use std::borrow::Cow;
+use std::ops::Range;
+
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject, ResourceContents};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 
+use super::held::HeldResult;
 use super::limits::OFF_THREAD_BYTES;
+pub use output_check::OutputCheck;
 use restated::Restated;
 
 /// A result with this many blocks, or structured content of this many values, is large to read.
@@ -17,7 +22,7 @@ const MANY_PARTS: usize = 4096;
 #[derive(Default)]
 pub struct ResultShape<'a> {
     /// The compiled `outputSchema`, when the tool declares one that compiles.
-    pub validator: Option<&'a jsonschema::Validator>,
+    pub validator: Option<&'a OutputCheck>,
     /// Whether the tool declares an `outputSchema` at all (results must then carry structured content).
     pub declares_output_schema: bool,
     /// Whether structured results come wrapped as `{"result": v}` (FastMCP / official SDK style).
@@ -128,37 +133,20 @@ pub fn interpret(
     let texts: Vec<&str> =
         result.content.iter().filter_map(|block| block.as_text().map(|text| text.text.as_str())).collect();
     if result.is_error == Some(true) {
-        let detail = if texts.is_empty() { "(no details given)".to_string() } else { texts.join("\n") };
-        return Err(ResultError::ToolFailed(detail));
+        return Err(failed(texts.iter().copied()));
     }
     let text_bytes: usize = texts.iter().map(|t| t.len()).sum();
     check_size(text_bytes, max_bytes)?;
     let mut notes: Vec<String> = result.content.iter().filter_map(placeholder).collect();
     let value = match &result.structured_content {
         Some(structured) => {
-            if let Some(validator) = shape.validator
-                && let Err(error) = validator.validate(structured)
-            {
-                return Err(ResultError::SchemaMismatch {
-                    at: error.instance_path().to_string(),
-                    message: error.to_string(),
-                });
-            }
-            let wrapped = shape.wrapped || result_meta_says_wrapped(result);
-            let value = match structured {
-                Value::Object(object) if wrapped && object.len() == 1 && object.contains_key("result") => {
-                    &object["result"]
-                }
-                other => other,
+            let texts = texts.iter().map(|text| Cow::Borrowed(*text));
+            let wrapped = shape.wrapped || meta_says_wrapped(result.meta.as_ref());
+            let structured = to_raw_value(structured)?;
+            return match structured_value(&structured, texts, notes, shape, wrapped)? {
+                Structured::Plain(value) => plain_value(&structured.get()[value], max_bytes),
+                Structured::WithNotes(value) => Ok(value),
             };
-            let restated = Restated::new(structured, value);
-            notes.extend(texts.iter().filter(|text| !restated.by(text)).map(|t| t.to_string()));
-            if notes.is_empty() {
-                let raw = to_raw_value(value)?;
-                check_size(raw.get().len(), max_bytes)?;
-                return Ok(raw);
-            }
-            value.clone()
         }
         None if shape.declares_output_schema => return Err(ResultError::NoStructuredContent),
         None => {
@@ -184,6 +172,80 @@ pub fn interpret(
     };
     let with_notes = attach_notes(value, notes);
     Ok(to_raw_value(&with_notes)?)
+}
+
+/// Reads a held result (which has structured content): as [`interpret`] reads the same result.
+/// The answer's bytes are let go of before the value is written out: it is held once at a time.
+pub fn interpret_held(
+    held: &mut HeldResult,
+    shape: &ResultShape,
+    max_bytes: usize,
+) -> Result<Box<RawValue>, ResultError> {
+    if held.is_error == Some(true) {
+        return Err(failed(held.texts()));
+    }
+    check_size(held.texts().map(|text| text.len()).sum(), max_bytes)?;
+    let notes = held.others().iter().filter_map(placeholder).collect();
+    let wrapped = shape.wrapped || meta_says_wrapped(held.meta.as_ref());
+    match structured_value(held.structured(), held.texts(), notes, shape, wrapped)? {
+        Structured::Plain(value) => plain_value(&held.take_structured_part(value), max_bytes),
+        Structured::WithNotes(value) => Ok(value),
+    }
+}
+
+/// The value of a result with structured content, as [`structured_value`] finds it.
+enum Structured {
+    /// It is this part of the structured content's text, to be written out as it is.
+    Plain(Range<usize>),
+    /// It has notes: written out with them.
+    WithNotes(Box<RawValue>),
+}
+
+/// `json` as the value a program receives: in canonical form, within the size limit.
+fn plain_value(json: &str, max_bytes: usize) -> Result<Box<RawValue>, ResultError> {
+    let value = raw::canonical(json)?;
+    check_size(value.get().len(), max_bytes)?;
+    Ok(value)
+}
+
+/// The error of a result that says the tool failed, with its texts.
+fn failed(texts: impl Iterator<Item = impl AsRef<str>>) -> ResultError {
+    let texts: Vec<_> = texts.collect();
+    let detail = if texts.is_empty() {
+        "(no details given)".to_string()
+    } else {
+        texts.iter().map(AsRef::as_ref).collect::<Vec<&str>>().join("\n")
+    };
+    ResultError::ToolFailed(detail)
+}
+
+/// The value of a result with structured content (JSON text): checked against the output schema,
+/// unwrapped, with the texts that do not restate it and the placeholders in `notes` as its `_notes`.
+fn structured_value<'t>(
+    structured: &RawValue,
+    texts: impl Iterator<Item = Cow<'t, str>>,
+    mut notes: Vec<String>,
+    shape: &ResultShape,
+    wrapped: bool,
+) -> Result<Structured, ResultError> {
+    if let Some(check) = shape.validator {
+        check
+            .check(structured)
+            .map_err(|output_check::Mismatch { at, message }| ResultError::SchemaMismatch { at, message })?;
+    }
+    let entries = raw::entries(structured);
+    let value = match entries.as_deref() {
+        Some([(key, only)]) if wrapped && key == "result" => only,
+        _ => structured,
+    };
+    let restated = Restated::new(structured, value);
+    notes.extend(texts.filter(|text| !restated.by(text)).map(Cow::into_owned));
+    if notes.is_empty() {
+        let start = value.get().as_ptr() as usize - structured.get().as_ptr() as usize;
+        return Ok(Structured::Plain(start..start + value.get().len()));
+    }
+    let value: Value = serde_json::from_str(value.get())?;
+    Ok(Structured::WithNotes(to_raw_value(&attach_notes(value, notes))?))
 }
 
 fn check_size(bytes: usize, max: usize) -> Result<(), ResultError> {
@@ -221,9 +283,8 @@ fn what(block: &ContentBlock) -> Option<String> {
 }
 
 /// Standalone fastmcp marks wrapped results in the result's `_meta.fastmcp.wrap_result`.
-fn result_meta_says_wrapped(result: &CallToolResult) -> bool {
-    result.meta.as_ref().and_then(|meta| meta.0.get("fastmcp")).and_then(|f| f.get("wrap_result"))
-        == Some(&Value::Bool(true))
+fn meta_says_wrapped(meta: Option<&MetaObject>) -> bool {
+    meta.and_then(|meta| meta.0.get("fastmcp")).and_then(|f| f.get("wrap_result")) == Some(&Value::Bool(true))
 }
 
 fn attach_notes(value: Value, notes: Vec<String>) -> Value {
@@ -312,6 +373,8 @@ pub fn tool_meta_says_wrapped(meta: Option<&Map<String, Value>>) -> bool {
     meta.and_then(|m| m.get("fastmcp")).and_then(|f| f.get("wrap_result")) == Some(&Value::Bool(true))
 }
 
+mod output_check;
+pub mod raw;
 mod restated;
 #[cfg(test)]
 mod tests;

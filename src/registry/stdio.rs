@@ -8,7 +8,7 @@
 mod calls;
 mod large_texts;
 mod stderr;
-mod tool_result;
+pub(super) mod tool_result;
 mod transport;
 
 use std::os::unix::process::ExitStatusExt;
@@ -21,7 +21,7 @@ use super::limits::Limits;
 use crate::config::ServerConfig;
 use ptc_backends::lifecycle::{DeathWatch, ExitWatch, signal_group};
 use stderr::LastLine;
-pub use transport::{BadAnswer, LineTransport};
+pub use transport::{Answer, BadAnswer, LineTransport};
 
 /// Variables a downstream inherits from the server's environment when set (as the official SDKs do);
 /// everything else must be given in its `env`, which overrides these.

@@ -166,6 +166,25 @@ async fn streamable_http_with_json_sse_framed_and_session_responses_works_like_s
     }
 }
 
+/// A large structured result arrives whole over streamable HTTP, in a JSON body and as an SSE event (which
+/// is held as its bytes before rmcp reads it: src/registry/http_held.rs).
+#[apply(integration_test!)]
+async fn a_large_official_sdk_style_list_arrives_whole_over_streamable_http() {
+    let json = Fault::start(&[]).await;
+    let framed = Fault::start(&["--response", "sse"]).await;
+    let ptc = Ptc::start(&config(&[json.entry("json", &[]), framed.entry("framed", &[])], "")).await;
+    for server in ["json", "framed"] {
+        let program = format!(
+            "rows = await mcp__{server}__sdk_rows(count=30_000)\n\
+             expected = [{{'id': i, 'name': f'row {{i}}', 'tags': ['a', 'b'], 'score': i * 0.5}} for i in range(30_000)]\n\
+             print(type(rows).__name__, rows == expected)"
+        );
+        let run = ptc.execute(&program).await;
+        run.expect_ok();
+        assert_eq!(run.structured()["output"], json!("list True\n"), "{server}");
+    }
+}
+
 #[apply(integration_test!)]
 async fn the_legacy_sse_transport_works_in_every_endpoint_style() {
     let ts = Fault::start(&["--legacy-sse", "--endpoint-style", "ts"]).await;

@@ -168,7 +168,7 @@ fn non_text_content_leaves_a_placeholder_note() {
 #[test]
 fn a_result_that_breaks_the_output_schema_is_a_tool_error() {
     let schema = json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]});
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let validator = OutputCheck::compile(schema.as_object().unwrap()).unwrap();
     let shape = ResultShape { validator: Some(&validator), declares_output_schema: true, wrapped: false };
     let err = read_with(json!({"content": [], "structuredContent": {"count": "many"}}), &shape).unwrap_err();
     assert!(

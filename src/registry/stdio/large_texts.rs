@@ -30,6 +30,8 @@ struct Message<'a> {
 struct ResultTexts<'a> {
     #[serde(borrow, default)]
     content: Vec<Block<'a>>,
+    #[serde(borrow, default, rename = "structuredContent")]
+    structured: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -55,6 +57,10 @@ impl Cut {
             return None;
         }
         let message: Message = serde_json::from_slice(line).ok()?;
+        // A result with structured content is held as its line instead, texts and all (see HeldResult).
+        if message.result.as_ref().is_some_and(|result| result.structured.is_some()) {
+            return None;
+        }
         let blocks = message.result.map(|result| result.content).unwrap_or_default();
         // Each large text's block index and where its literal lies (a raw value borrows from `line`).
         let large: Vec<(usize, Range<usize>)> = blocks

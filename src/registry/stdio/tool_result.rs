@@ -13,30 +13,40 @@ use serde::Deserialize;
 use serde::de::{Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-/// A tool result as it is on the wire (as rmcp reads one, bar the structured content's tree).
+/// A tool result as it is on the wire (as rmcp reads one), its content blocks read as `C` and its
+/// structured content as `S`.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Wire {
-    result_type: Option<ResultType>,
-    content: Option<Vec<ContentBlock>>,
+#[serde(rename_all = "camelCase", bound(deserialize = "C: Deserialize<'de>, S: Deserialize<'de>"))]
+pub struct Wire<C, S> {
+    pub result_type: Option<ResultType>,
+    pub content: Option<Vec<C>>,
     /// Present even when `null` (which is structured content of its own).
     #[serde(default, deserialize_with = "present")]
-    structured_content: Option<Tight>,
-    is_error: Option<bool>,
+    pub structured_content: Option<S>,
+    pub is_error: Option<bool>,
     #[serde(rename = "_meta")]
-    meta: Option<MetaObject>,
+    pub meta: Option<MetaObject>,
+}
+
+impl<C, S> Wire<C, S> {
+    /// `None` if it is another kind of result (a task handle, say); an error where rmcp would not read it.
+    pub fn complete(self) -> serde_json::Result<Option<Self>> {
+        if self.result_type.as_ref().is_some_and(|kind| !kind.is_complete()) {
+            return Ok(None);
+        }
+        if self.content.is_none() && self.structured_content.is_none() && self.is_error.is_none() {
+            return Err(serde_json::Error::custom("it has none of content, structuredContent and isError"));
+        }
+        Ok(Some(self))
+    }
 }
 
 /// The tool result in `json`, the `result` of an answer; `None` if it is another kind of result (a task
 /// handle, say).
 pub fn read(json: &[u8]) -> serde_json::Result<Option<CallToolResult>> {
-    let wire: Wire = serde_json::from_slice(json)?;
-    if wire.result_type.as_ref().is_some_and(|kind| !kind.is_complete()) {
+    let Some(wire) = serde_json::from_slice::<Wire<ContentBlock, Tight>>(json)?.complete()? else {
         return Ok(None);
-    }
-    if wire.content.is_none() && wire.structured_content.is_none() && wire.is_error.is_none() {
-        return Err(serde_json::Error::custom("it has none of content, structuredContent and isError"));
-    }
+    };
     let mut result = CallToolResult::default();
     result.result_type = wire.result_type;
     result.content = wire.content.unwrap_or_default();

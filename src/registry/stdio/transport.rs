@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
+use super::super::held::HeldResult;
 use super::super::limits::OFF_THREAD_BYTES;
 use super::super::task_only;
 use super::calls::Calls;
@@ -200,18 +201,31 @@ fn parse(mut line: Vec<u8>, calls: &Mutex<Calls>) -> Option<Received> {
     let cut = Cut::of(&line);
     let unlarge = cut.as_ref().map_or(line.as_slice(), Cut::rest);
     match answered_call(unlarge, calls) {
-        Answered::Call { id, result: at } => match tool_result::read(&unlarge[at]) {
-            Ok(Some(mut result)) => {
-                let filled = match cut {
-                    Some(cut) => cut.fill(&mut result, line).map(|()| result),
-                    None => Ok(result),
-                };
-                return Some(answer(id, filled));
+        Answered::Call { id, result: at } => {
+            // A large result with structured content and no large text is held as the line itself, for the
+            // registry to read in place.
+            let held = match cut {
+                None if line.len() >= OFF_THREAD_BYTES => HeldResult::read(&mut line, at.clone()),
+                _ => Ok(None),
+            };
+            let read = match held {
+                Ok(Some(held)) => Ok(Some(held.hold())),
+                Ok(None) => tool_result::read(&cut.as_ref().map_or(line.as_slice(), Cut::rest)[at]),
+                Err(error) => Err(error),
+            };
+            match read {
+                Ok(Some(mut result)) => {
+                    let filled = match cut {
+                        Some(cut) => cut.fill(&mut result, line).map(|()| result),
+                        None => Ok(result),
+                    };
+                    return Some(answer(id, filled));
+                }
+                // Not a tool result (a task handle, say): read as any other message.
+                Ok(None) => {}
+                Err(error) => return Some(answer(id, Err(error))),
             }
-            // Not a tool result (a task handle, say): read as any other message.
-            Ok(None) => {}
-            Err(error) => return Some(answer(id, Err(error))),
-        },
+        }
         Answered::Unreadable { id, error } => {
             return Some(unreadable(id, &format!("it is not valid JSON ({error})")));
         }
@@ -246,11 +260,11 @@ fn read_message(line: &[u8]) -> serde_json::Result<Received> {
 
 /// The fields of a message that say whether it answers one of our `tools/call` requests.
 #[derive(Deserialize)]
-struct Answer<'a> {
-    id: Option<RequestId>,
+pub struct Answer<'a> {
+    pub id: Option<RequestId>,
     /// Present even when `null` (which is no tool result, so the call fails at once).
     #[serde(default, borrow, deserialize_with = "tool_result::present")]
-    result: Option<&'a RawValue>,
+    pub result: Option<&'a RawValue>,
 }
 
 /// Whether a line answers one of our calls.
@@ -464,6 +478,29 @@ mod tests {
         let next = Transport::<RoleClient>::receive(&mut transport).await;
         assert_eq!(serde_json::to_value(next).unwrap(), json!({"jsonrpc": "2.0", "id": 4, "result": {}}));
         assert_eq!(transport.calls().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_large_answer_with_structured_content_is_held_whatever_its_texts() {
+        let long = "x\"y".repeat(100_000);
+        let answers = [
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": long}],
+                "structuredContent": {"text": long}}}),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "row"}],
+                "structuredContent": {"rows": vec!["row"; 100_000]}}}),
+            json!({"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": long}]}}),
+        ];
+        let input: String = answers.iter().map(|answer| format!("{answer}\n")).collect();
+        let mut transport = transport(input, 16 << 20);
+        call(&mut transport, 1..=3).await;
+        for held in [true, true, false] {
+            let Some(ServerJsonRpcMessage::Response(response)) = Transport::<RoleClient>::receive(&mut transport).await
+            else {
+                panic!("no answer")
+            };
+            let ServerResult::CallToolResult(result) = response.result else { panic!("not a tool result") };
+            assert_eq!(super::super::super::held::take(&result).is_some(), held, "{:?}", response.id);
+        }
     }
 
     /// rmcp drops `receive`'s future whenever another event comes first: a long line parsed on a blocking
