@@ -105,5 +105,7 @@ pub fn backend_settings(config: &Config) -> Result<BackendSettings, StartError> 
         helper,
         docker: config.execution.docker.clone(),
         allow_degraded: config.execution.allow_degraded,
+        mounts: config.execution.backend_mounts(),
+        packages: config.execution.packages(),
     })
 }

@@ -13,7 +13,9 @@ mod kind;
 mod landlock;
 pub mod lifecycle;
 mod limits;
+mod mounts;
 mod none;
+mod packages;
 pub mod protocol;
 mod python;
 mod rlimits;
@@ -36,7 +38,9 @@ pub use docker::{DockerBackend, DockerSettings, DockerSettingsError};
 pub use kind::SandboxKind;
 pub use landlock::LandlockBackend;
 pub use limits::Limits;
+pub use mounts::{BadName as BadMountName, MAX_NAME as MAX_MOUNT_NAME, Mount, check_name as check_mount_name};
 pub use none::NoneBackend;
+pub use packages::Packages;
 pub use python::{Python, PythonError, resolve_python};
 pub use seatbelt::{LayoutError as SeatbeltLayoutError, SeatbeltBackend, printable_profile as seatbelt_profile};
 
@@ -192,18 +196,20 @@ pub struct BackendSettings {
     /// `execution.allow_degraded`: run programs in a sandbox that works here only with protection missing
     /// (landlock without user namespaces); otherwise such a sandbox reports itself unavailable.
     pub allow_degraded: bool,
+    /// `execution.mounts`: host folders programs see in their working directory.
+    pub mounts: Vec<Mount>,
+    /// `execution.site_packages` and `execution.preload`.
+    pub packages: Packages,
 }
 
 /// Builds the backend for a configured kind. `auto` resolves to the OS's real sandbox, never to `none`.
 pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxBackend> {
     lifecycle::use_reaper(settings.helper.clone());
     match kind.resolve_auto() {
-        SandboxKind::None => Arc::new(NoneBackend::new(settings.python.clone())),
-        SandboxKind::Landlock => {
-            Arc::new(LandlockBackend::new(settings.python.clone(), settings.helper.clone(), settings.allow_degraded))
-        }
-        SandboxKind::Seatbelt => Arc::new(SeatbeltBackend::new(settings.python.clone())),
-        SandboxKind::Docker => Arc::new(DockerBackend::new(settings.docker.clone())),
+        SandboxKind::None => Arc::new(NoneBackend::new(settings)),
+        SandboxKind::Landlock => Arc::new(LandlockBackend::new(settings)),
+        SandboxKind::Seatbelt => Arc::new(SeatbeltBackend::new(settings)),
+        SandboxKind::Docker => Arc::new(DockerBackend::new(settings)),
         SandboxKind::Auto => unreachable!("resolve_auto never returns auto"),
     }
 }

@@ -1,7 +1,8 @@
 """ptc-mcp runner, part 3: runs ONE model-written Python program and talks to the server (protocol v3, PROTOCOL.md).
 
-checks.py and explain.py precede this source (backends/src/protocol.rs joins them): `Toolbox`, `ToolSpec` and
-`precheck` come from the first, `Results` and `explain` from the second.
+packages.py, checks.py and explain.py precede this source (backends/src/protocol.rs joins them):
+`prepare_packages` comes from the first, `Toolbox`, `ToolSpec` and `precheck` from the second, `Results` and
+`explain` from the third.
 
 Started as `python3 -I -S -c <this source>` (no __file__, no site-packages) in a scratch dir, possibly before
 its program is known, so everything is imported up front and the runner waits warm for its `run` message.
@@ -963,7 +964,11 @@ def finish(channel, drain, streams, error):
 
 
 def main():
+    global MODULE_HINT
     workdir = os.getcwd()  # the program may change it: hints about host files use the one it started in
+    site_shown, preload_failed = prepare_packages()  # before the channel exists: nothing printed can reach it
+    if site_shown:
+        MODULE_HINT = SITE_MODULE_HINT
     channel, drain, streams = take_over_fds()
     # Both threads start before `ready`, so a run never waits for one to be scheduled.
     threading.Thread(target=drain.run, name="ptc-output", daemon=True).start()
@@ -975,7 +980,10 @@ def main():
         channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
                      last=True)
         os._exit(0)
-    error, tree = checked(run)
+    if preload_failed:
+        error = {"kind": "PreloadError", "message": preload_failed + "\n"}
+    else:
+        error, tree = checked(run)
     if error is None:
         book = CallBook()
         attach = make_attach(channel, workdir, run.attach_limit)

@@ -7,6 +7,7 @@ use ptc_backends::DockerSettingsError;
 
 use super::expand::ExpandError;
 use super::logging::LoggingError;
+use super::mounts::MountError;
 use super::serve::HttpConfigError;
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +108,8 @@ pub enum InvalidConfig {
     Http(#[from] HttpConfigError),
     #[error(transparent)]
     Logging(#[from] LoggingError),
+    #[error(transparent)]
+    Mount(#[from] MountError),
 }
 
 /// A duration that is not above 0 and at most a day.

@@ -5,6 +5,7 @@ mod budget;
 mod error;
 mod expand;
 mod logging;
+mod mounts;
 #[cfg(test)]
 mod properties;
 mod serve;
@@ -14,13 +15,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
-pub use ptc_backends::{DockerSettings, Limits, SandboxKind};
+pub use ptc_backends::{DockerSettings, Limits, Mount, Packages, SandboxKind};
 use serde::Deserialize;
 
 use crate::naming::identifier_part;
 pub use error::{BadSeconds, ConfigError, InvalidConfig};
 pub use expand::ExpandError;
 pub use logging::{LoggingConfig, LoggingError};
+pub use mounts::{MountConfig, MountError};
 pub use serve::{HttpConfig, HttpConfigError, Origin, Secret, ServeConfig};
 
 /// Environment variable naming the config file when `--config` is not given.
@@ -167,6 +169,12 @@ pub struct ExecutionConfig {
     /// size (base64 text; a text file's text).
     pub max_attachments: usize,
     pub max_attachment_bytes: usize,
+    /// Host folders programs see as `./NAME` in their working directory, read-only unless writable.
+    pub mounts: BTreeMap<String, MountConfig>,
+    /// Programs see the installed packages of `python` (read-only).
+    pub site_packages: bool,
+    /// Modules runners import before their program arrives.
+    pub preload: Vec<String>,
 }
 
 impl Default for ExecutionConfig {
@@ -188,6 +196,9 @@ impl Default for ExecutionConfig {
             precheck: true,
             max_attachments: 4,
             max_attachment_bytes: 10 * 1024 * 1024,
+            mounts: BTreeMap::new(),
+            site_packages: false,
+            preload: Vec::new(),
         }
     }
 }
@@ -199,6 +210,19 @@ impl ExecutionConfig {
 
     pub fn tool_call_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.tool_call_timeout_seconds)
+    }
+
+    /// `mounts` as the backends take them.
+    pub fn backend_mounts(&self) -> Vec<Mount> {
+        self.mounts
+            .iter()
+            .map(|(name, mount)| Mount { name: name.clone(), path: mount.path.clone(), writable: mount.writable })
+            .collect()
+    }
+
+    /// `site_packages` and `preload` as the backends take them.
+    pub fn packages(&self) -> Packages {
+        Packages { site_packages: self.site_packages, preload: self.preload.clone() }
     }
 }
 
@@ -286,6 +310,7 @@ impl Config {
 
     fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), InvalidConfig> {
         self.serve.http.expand_token(lookup)?;
+        mounts::resolve_paths(&mut self.execution.mounts, lookup)?;
         for server in &mut self.servers {
             let name = server.name.clone();
             let expand_one = |key: &str, text: &str| {
@@ -483,6 +508,7 @@ impl ExecutionConfig {
         if self.python.trim().is_empty() {
             return Err(InvalidConfig::NoPython);
         }
+        mounts::check_names(&self.mounts, &self.preload)?;
         Ok(self.docker.validate()?)
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Limits, Python};
+use crate::{Limits, Mount, Python};
 
 /// The id the program runs as inside its user namespace.
 pub const SANDBOX_ID: u32 = 1000;
@@ -37,6 +37,9 @@ pub struct Policy {
     /// The run's cgroup, which the helper moves itself into first.
     #[serde(default)]
     pub cgroup: Option<Cgroup>,
+    /// `execution.mounts`: host folders shown as `scratch/NAME` (binds, or symlinks when degraded).
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +127,9 @@ pub struct PlanRequest<'a> {
     pub limits: Limits,
     pub cpu_seconds: u64,
     pub allow_degraded: bool,
+    pub mounts: &'a [Mount],
+    /// `execution.site_packages`: the interpreter's own package directories are bound read-only, not hidden.
+    pub site_packages: bool,
 }
 
 /// Plans the sandbox for `request`, looking at host paths with `inspect_path`.
@@ -158,8 +164,13 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
     for (device, access) in DEVICES {
         add(PathBuf::from(device), access, &mut binds);
     }
+    let (shown, hidden_packages) = python.package_dirs(request.site_packages);
+    for dir in shown {
+        // Their extension modules and the libraries beside them (numpy.libs) are mapped executable.
+        add(dir, BindAccess::Exec, &mut binds);
+    }
     let mut hidden: Vec<PathBuf> = Vec::new();
-    for dir in &python.site_packages {
+    for dir in &hidden_packages {
         let visible = binds.iter().any(|b| dir.starts_with(&b.path)) && inspect_path(dir) == PathKind::Canonical;
         if visible && !hidden.contains(dir) {
             hidden.push(dir.clone());
@@ -176,6 +187,7 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
         cpu_seconds: request.cpu_seconds,
         allow_degraded: request.allow_degraded,
         cgroup: None,
+        mounts: request.mounts.to_vec(),
     }
 }
 
@@ -257,6 +269,7 @@ mod tests {
             base_prefix: prefix.into(),
             stdlib: vec![format!("{prefix}/lib/python3.11").into(), format!("{prefix}/lib/python3.11").into()],
             site_packages: vec![format!("{prefix}/lib/python3.11/site-packages").into()],
+            installed: vec![format!("{prefix}/lib/python3.11/site-packages").into()],
             multiarch: "x86_64-linux-gnu".into(),
         }
     }
@@ -284,6 +297,8 @@ mod tests {
             limits: Limits::default(),
             cpu_seconds: 121,
             allow_degraded: false,
+            mounts: &[],
+            site_packages: false,
         }
     }
 
