@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the third-party MCP pieces the integration tests talk to, into one directory:
 #   venv/  a Python venv with the official MCP Python SDK (`mcp`, 2.x) and `mcp-server-time`
+#   packages-venv/  a Python venv with numpy and pandas only: the interpreter of execution.site_packages tests
 #   npm/   @modelcontextprotocol/server-memory, @modelcontextprotocol/server-everything and
 #          @modelcontextprotocol/server-filesystem
 #
@@ -25,6 +26,8 @@
 #                               (fs.globSync), newer than many machines' (this one's is 20)
 #   PTC_TEST_FILESYSTEM_SERVER  server-filesystem's JS entry point, run with `node DIR...` (the directories
 #                               it may read and write)
+#   PTC_TEST_PACKAGES_PYTHON    packages-venv's python (numpy and pandas installed; nothing else), the
+#                               execution.python of the execution.site_packages and preload tests
 set -euo pipefail
 
 # Pins, all verified together (Python 3.11, Node 20). mcp-server-time 2026.x requires mcp>=2.3,<3,
@@ -36,6 +39,8 @@ SERVER_EVERYTHING_VERSION=2026.8.31
 CONFORMANCE_VERSION=0.1.16
 CONFORMANCE_NODE_VERSION=22.23.3
 SERVER_FILESYSTEM_VERSION=2026.8.31
+# numpy and pandas with their dependencies, all pinned (wheels for CPython 3.10-3.13 on Linux and macOS).
+PACKAGES_PINS="numpy==2.2.6 pandas==2.2.3 python-dateutil==2.9.0.post0 pytz==2025.2 tzdata==2025.2 six==1.17.0"
 
 log() { printf 'test-deps: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -83,6 +88,27 @@ else
         || die "the venv cannot import mcp / mcp_server_time after install"
     [[ -x $venv/bin/mcp-server-time ]] || die "$venv/bin/mcp-server-time missing after install"
     printf '%s' "$py_pins" >"$py_stamp"
+fi
+
+# --- Python: numpy and pandas, for programs that see a venv's packages (execution.site_packages) ----------
+packages_venv=$dir/packages-venv
+packages_stamp=$packages_venv/.ptc-test-deps
+
+if [[ -f $packages_stamp && $(<"$packages_stamp") == "$PACKAGES_PINS" ]] \
+    && "$packages_venv/bin/python" -c 'import numpy, pandas' 2>/dev/null; then
+    log "python: $PACKAGES_PINS already in $packages_venv"
+else
+    command -v "$python" >/dev/null 2>&1 || die "$python not found (set PYTHON=...)"
+    rm -rf "$packages_venv"
+    log "python: creating venv $packages_venv with $("$python" -V 2>&1) and installing $PACKAGES_PINS"
+    "$python" -m venv --without-pip "$packages_venv" >&2
+    # Installed by the base interpreter's pip (22.3+ for --python): the venv holds the packages and nothing else.
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+        "$python" -m pip --python "$packages_venv/bin/python" install --quiet --only-binary=:all: $PACKAGES_PINS >&2
+    "$packages_venv/bin/python" -c 'import numpy, pandas' || die "the packages venv cannot import numpy and pandas"
+    # Readable by everyone: the sandbox's user (nobody under a root server, ci/test-as-user.sh's user) reads it.
+    chmod -R a+rX "$packages_venv"
+    printf '%s' "$PACKAGES_PINS" >"$packages_stamp"
 fi
 
 # --- npm: the reference servers ------------------------------------------------------------
@@ -152,4 +178,5 @@ printf 'export %s=%q\n' \
     PTC_TEST_EVERYTHING_SERVER "$everything_js" \
     PTC_TEST_CONFORMANCE "$conformance_js" \
     PTC_TEST_CONFORMANCE_NODE "$conformance_node" \
-    PTC_TEST_FILESYSTEM_SERVER "$filesystem_js"
+    PTC_TEST_FILESYSTEM_SERVER "$filesystem_js" \
+    PTC_TEST_PACKAGES_PYTHON "$packages_venv/bin/python"
