@@ -23,6 +23,7 @@ mod health;
 mod http;
 mod http_hardening;
 mod limits;
+mod mounts;
 mod observed_shapes;
 mod pool;
 mod progress;
