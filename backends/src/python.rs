@@ -127,9 +127,11 @@ pub async fn resolve_python(configured: &str) -> Result<Python, PythonError> {
     check_version(configured, &python.version)?;
     python.executable = std::fs::canonicalize(&python.executable)
         .map_err(|e| broken(format!("{}: {e}", python.executable.display())))?;
-    // Sandboxes bind and name real paths.
+    // Sandboxes bind and name real paths (one gone since the probe stays as it was: nothing to show).
     for dir in &mut python.installed {
-        *dir = std::fs::canonicalize(&*dir).map_err(|e| broken(format!("{}: {e}", dir.display())))?;
+        if let Ok(real) = std::fs::canonicalize(&*dir) {
+            *dir = real;
+        }
     }
     Ok(python)
 }

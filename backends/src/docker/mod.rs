@@ -657,6 +657,22 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn mounts_on_an_engine_elsewhere_are_refused_before_it_is_asked_anything() {
+        let settings = BackendSettings {
+            python: "python3".into(),
+            helper: PathBuf::new(),
+            docker: DockerSettings { host: Some("tcp://192.0.2.1:2375".into()), ..Default::default() },
+            allow_degraded: false,
+            mounts: vec![Mount { name: "data".into(), path: "/data".into(), writable: false }],
+            packages: Packages::default(),
+        };
+        let reason = "execution.mounts need the Docker engine on this machine (execution.docker.host or DOCKER_HOST \
+                      a unix:// socket): a bind names a folder of the engine's machine, and tcp://192.0.2.1:2375 may \
+                      be another one; remove the mounts, or use a local engine";
+        assert_eq!(DockerBackend::new(&settings).probe().await, Availability::Unavailable { reason: reason.into() });
+    }
+
     #[test]
     fn each_reason_an_image_cannot_run_programs_names_the_image_and_the_fix() {
         let image = || "img:1".to_string();

@@ -390,6 +390,53 @@ mod tests {
     }
 
     #[test]
+    fn mounts_are_binds_in_scratch_of_the_folder_alone_read_only_unless_writable() {
+        let mounts = [
+            Mount { name: "data".into(), path: "/home/me/data".into(), writable: false },
+            Mount { name: "out".into(), path: "/home/me/out".into(), writable: true },
+        ];
+        let host = container_body(
+            &DockerSettings::default(),
+            &Limits::default(),
+            vec![],
+            "i",
+            true,
+            TaskBound::Cgroup,
+            &mounts,
+        )
+        .host_config
+        .unwrap();
+        let binds: Vec<_> = host
+            .mounts
+            .unwrap()
+            .into_iter()
+            .map(|m| {
+                let options = m.bind_options.unwrap();
+                (m.target.unwrap(), m.source.unwrap(), m.typ, m.read_only, options.non_recursive, options.propagation)
+            })
+            .collect();
+        use bollard::models::{MountBindOptionsPropagationEnum::RPRIVATE, MountType::BIND};
+        assert_eq!(
+            binds,
+            [
+                ("/scratch/data".into(), "/home/me/data".into(), Some(BIND), Some(true), Some(true), Some(RPRIVATE)),
+                ("/scratch/out".into(), "/home/me/out".into(), Some(BIND), Some(false), Some(true), Some(RPRIVATE)),
+            ]
+        );
+        assert!(host.binds.is_none() && host.devices.is_none());
+        assert_eq!(host.readonly_rootfs, Some(true), "the rest stays as it is");
+    }
+
+    #[test]
+    fn the_runners_options_follow_its_source() {
+        let command = runner_command("python3", &request(), None, Some("{\"site\":[]}".into()));
+        assert_eq!(command.len(), 6);
+        assert!(command[4].ends_with(RUNNER_SOURCE));
+        assert_eq!(command[5], "{\"site\":[]}");
+        assert_eq!(runner_command("python3", &request(), None, None).len(), 5, "no options, no argument");
+    }
+
+    #[test]
     fn stdio_is_attached_without_a_tty_and_the_engine_removes_the_container() {
         let body =
             container_body(&DockerSettings::default(), &Limits::default(), vec![], "i", true, TaskBound::Cgroup, &[]);

@@ -337,6 +337,23 @@ mod tests {
     }
 
     #[test]
+    fn shown_packages_are_bound_read_only_and_no_longer_hidden_and_mounts_travel_in_the_policy() {
+        let mut py = python("/opt/py", "/opt/py/bin/python3.11");
+        py.installed = vec!["/work/venv/lib/python3.11/site-packages".into()];
+        py.site_packages.push("/work/venv/lib/python3.11/site-packages".into());
+        let hidden = plan(request(&py), &debian);
+        assert_eq!(hidden.hidden, [PathBuf::from("/opt/py/lib/python3.11/site-packages")]);
+        assert!(!bound(&hidden).iter().any(|(path, _)| path.starts_with("/work")), "the venv stays out");
+        let mounts = [Mount { name: "data".into(), path: "/home/me/data".into(), writable: true }];
+        let shown = plan(PlanRequest { site_packages: true, mounts: &mounts, ..request(&py) }, &debian);
+        assert!(bound(&shown).contains(&("/work/venv/lib/python3.11/site-packages", BindAccess::Exec)));
+        assert_eq!(shown.hidden, [PathBuf::from("/opt/py/lib/python3.11/site-packages")], "the base's stay hidden");
+        assert_eq!(shown.mounts, mounts);
+        let json = serde_json::to_string(&shown).unwrap();
+        assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), shown);
+    }
+
+    #[test]
     fn the_policy_round_trips_through_json() {
         let py = python("/opt/py", "/opt/py/bin/python3.11");
         let policy = plan(request(&py), &debian);

@@ -242,6 +242,33 @@ mod tests {
     }
 
     #[test]
+    fn shown_packages_and_mounts_are_parameters_with_rules_of_their_own() {
+        let shown = Shown {
+            packages: vec!["/opt/py/lib/python3.11/site-packages".into(), "/venv/lib/site-packages".into()],
+            mounts: vec![
+                Mount { name: "data".into(), path: "/nonexistent/data".into(), writable: false },
+                Mount { name: "out".into(), path: "/nonexistent/out".into(), writable: true },
+            ],
+        };
+        let profile = Profile::render(&layout(), Path::new("/nonexistent/run"), &shown);
+        let value = |name: &str| profile.params.iter().find(|(n, _)| n == name).map(|(_, v)| v.to_string_lossy());
+        assert_eq!(value("PACKAGES_1").as_deref(), Some("/venv/lib/site-packages"));
+        assert_eq!(value("HIDDEN_0"), None, "a shown package directory is no longer hidden");
+        assert_eq!(value("MOUNT_RO_0").as_deref(), Some("/nonexistent/data"));
+        assert_eq!(value("MOUNT_RW_0").as_deref(), Some("/nonexistent/out"));
+        assert!(profile.params.iter().any(|(n, v)| n.starts_with("METADATA_") && v == "/venv/lib"), "ancestors walk");
+        let text = &profile.text;
+        assert!(!text.contains("/nonexistent/data") && !text.contains("/venv"), "paths stay out of the text");
+        let position = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
+        assert!(text.contains("  (subpath (param \"PACKAGES_0\"))"));
+        let read_only = position("(allow file-read* (subpath (param \"MOUNT_RO_0\")))");
+        let writable = position("(allow file-read* file-write* (subpath (param \"MOUNT_RW_0\")))");
+        // After scratch's rule, and before the denial of links, clones and flags that holds for them too.
+        assert!(position("(subpath (param \"SCRATCH\")))") < read_only);
+        assert!(read_only < writable && writable < position("(deny file-link file-clone file-write-flags)"));
+    }
+
+    #[test]
     fn the_command_line_runs_the_interpreter_under_apples_sandbox_exec() {
         let profile = Profile::render(&layout(), Path::new("/nonexistent/run"), &Shown::default());
         let line = profile.command_line(Path::new("/opt/py/bin/python3.11"), &["-I".into()]);
