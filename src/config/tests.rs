@@ -403,7 +403,7 @@ fn mount_and_preload_names_are_checked_with_the_key_named() {
             format!("mounts: {{Data: {{path: {path}}}, data: {{path: {path}}}}}"),
             "execution.mounts: 'Data' and 'data' differ only in case",
         ),
-        (format!("mounts: {{data: {{writable: true}}}}"), "execution.mounts.data: missing field `path`"),
+        ("mounts: {data: {writable: true}}".to_string(), "execution.mounts.data: missing field `path`"),
         ("preload: ['os.path', '1x']".to_string(), "execution.preload[1]: '1x' is not a module name"),
         ("preload: ['a..b']".to_string(), "execution.preload[0]: 'a..b' is not a module name"),
         ("preload: [pandas; import os]".to_string(), "execution.preload[0]: 'pandas; import os' is not a module name"),
