@@ -91,24 +91,31 @@ else
 fi
 
 # --- Python: numpy and pandas, for programs that see a venv's packages (execution.site_packages) ----------
+# Made from the system's python3 where there is one (every user can run it, as ci/test-as-user.sh's user must;
+# a pyenv under /root is root's alone), else from $python. Its pip is $python's, run for the venv.
 packages_venv=$dir/packages-venv
 packages_stamp=$packages_venv/.ptc-test-deps
+packages_base=$python
+if /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    packages_base=/usr/bin/python3
+fi
+packages_wanted="$PACKAGES_PINS (from $packages_base)"
 
-if [[ -f $packages_stamp && $(<"$packages_stamp") == "$PACKAGES_PINS" ]] \
+if [[ -f $packages_stamp && $(<"$packages_stamp") == "$packages_wanted" ]] \
     && "$packages_venv/bin/python" -c 'import numpy, pandas' 2>/dev/null; then
-    log "python: $PACKAGES_PINS already in $packages_venv"
+    log "python: $packages_wanted already in $packages_venv"
 else
     command -v "$python" >/dev/null 2>&1 || die "$python not found (set PYTHON=...)"
     rm -rf "$packages_venv"
-    log "python: creating venv $packages_venv with $("$python" -V 2>&1) and installing $PACKAGES_PINS"
-    "$python" -m venv --without-pip "$packages_venv" >&2
+    log "python: creating venv $packages_venv from $packages_base and installing $PACKAGES_PINS"
+    "$packages_base" -m venv --without-pip "$packages_venv" >&2
     # Installed by the base interpreter's pip (22.3+ for --python): the venv holds the packages and nothing else.
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
         "$python" -m pip --python "$packages_venv/bin/python" install --quiet --only-binary=:all: $PACKAGES_PINS >&2
     "$packages_venv/bin/python" -c 'import numpy, pandas' || die "the packages venv cannot import numpy and pandas"
     # Readable by everyone: the sandbox's user (nobody under a root server, ci/test-as-user.sh's user) reads it.
     chmod -R a+rX "$packages_venv"
-    printf '%s' "$PACKAGES_PINS" >"$packages_stamp"
+    printf '%s' "$packages_wanted" >"$packages_stamp"
 fi
 
 # --- npm: the reference servers ------------------------------------------------------------

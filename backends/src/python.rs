@@ -24,6 +24,7 @@ base = site.getsitepackages()
 installed = base
 if cfg:
     keys = dict((k.strip().lower(), v.strip().lower()) for k, _, v in (l.partition("=") for l in open(cfg[0])))
+    sys.prefix = sys.exec_prefix = prefix  # as site.venv() sets them; Debian's site then names site-packages
     installed = site.getsitepackages([prefix]) + (base if keys.get("include-system-site-packages") == "true" else [])
 installed = [d for d in installed if os.path.isdir(d)]
 print(json.dumps({"executable": sys.executable, "version": "%d.%d" % sys.version_info[:2],

@@ -25,6 +25,7 @@ mod http_hardening;
 mod limits;
 mod mounts;
 mod observed_shapes;
+mod packages;
 mod pool;
 mod progress;
 mod reaper;
