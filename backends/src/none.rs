@@ -81,7 +81,7 @@ impl SandboxBackend for NoneBackend {
         let python = self.python.for_spawn(SandboxKind::None).await?;
         let options = self
             .packages
-            .runner_argument(&python.installed)
+            .runner_argument(&python.installed, &self.mounts)
             .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::None, reason })?;
         let mut argv = vec![python.executable.clone().into_os_string()];
         argv.extend(runner_args(options).into_iter().map(Into::into));

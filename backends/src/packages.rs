@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use crate::Mount;
+
 /// The runner's part that reads the options; the probes run it alone.
 pub const PACKAGES_SOURCE: &str = include_str!("packages.py");
 /// How a probe reports a preload that failed (stderr), before the reason.
@@ -25,9 +27,9 @@ impl Packages {
     }
 
     /// The runner's options argument for these package directories (`site`, shown only with
-    /// `site_packages`), or none when nothing is asked. A directory whose path is not UTF-8 cannot be named in
-    /// it: the error says which.
-    pub(crate) fn runner_argument(&self, site: &[PathBuf]) -> Result<Option<String>, String> {
+    /// `site_packages`) and the names of `mounts` (whose files `attach()` takes), or none when nothing is asked.
+    /// A directory whose path is not UTF-8 cannot be named in it: the error says which.
+    pub(crate) fn runner_argument(&self, site: &[PathBuf], mounts: &[Mount]) -> Result<Option<String>, String> {
         let site: Vec<&str> = if self.site_packages {
             site.iter()
                 .map(|dir| {
@@ -39,10 +41,14 @@ impl Packages {
         } else {
             Vec::new()
         };
-        if site.is_empty() && self.preload.is_empty() {
+        if site.is_empty() && self.preload.is_empty() && mounts.is_empty() {
             return Ok(None);
         }
-        Ok(Some(serde_json::json!({"site": site, "preload": self.preload}).to_string()))
+        let mut options = serde_json::json!({"site": site, "preload": self.preload});
+        if !mounts.is_empty() {
+            options["mounts"] = mounts.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().into();
+        }
+        Ok(Some(options.to_string()))
     }
 }
 
@@ -50,7 +56,7 @@ impl Packages {
     /// Interpreter arguments of a probe that runs `body`: after the packages step and with its options when
     /// anything is asked, else `body` alone (the probe as it always was).
     pub(crate) fn probe_args(&self, site: &[PathBuf], body: &str) -> Result<Vec<String>, String> {
-        Ok(match self.runner_argument(site)? {
+        Ok(match self.runner_argument(site, &[])? {
             None => crate::python::isolated_args(body),
             Some(options) => {
                 let mut args = crate::python::isolated_args(&probe_source(body));
@@ -64,7 +70,7 @@ impl Packages {
 /// A probe's source: the packages step (exits with the reason on stderr if a preload fails), then `body`.
 pub(crate) fn probe_source(body: &str) -> String {
     format!(
-        "{PACKAGES_SOURCE}\n_, failed = prepare_packages()\nif failed:\n    sys.stderr.write({PROBE_FAILURE_PREFIX:?} \
+        "{PACKAGES_SOURCE}\n_, failed = prepare_packages(runner_options())\nif failed:\n    sys.stderr.write({PROBE_FAILURE_PREFIX:?} \
          + failed + '\\n')\n    sys.exit(3)\n{body}"
     )
 }
@@ -81,16 +87,22 @@ mod tests {
     #[test]
     fn nothing_asked_adds_no_argument_and_directories_count_only_with_site_packages() {
         let site = [PathBuf::from("/venv/lib/python3.11/site-packages")];
-        assert_eq!(Packages::default().runner_argument(&site), Ok(None));
+        assert_eq!(Packages::default().runner_argument(&site, &[]), Ok(None));
         let preload = Packages { site_packages: false, preload: vec!["json".into()] };
-        assert_eq!(preload.runner_argument(&site), Ok(Some(r#"{"site":[],"preload":["json"]}"#.into())));
+        assert_eq!(preload.runner_argument(&site, &[]), Ok(Some(r#"{"site":[],"preload":["json"]}"#.into())));
         let both = Packages { site_packages: true, preload: vec!["pandas".into()] };
         assert_eq!(
-            both.runner_argument(&site),
+            both.runner_argument(&site, &[]),
             Ok(Some(r#"{"site":["/venv/lib/python3.11/site-packages"],"preload":["pandas"]}"#.into()))
         );
         let shown_but_none = Packages { site_packages: true, preload: vec![] };
-        assert_eq!(shown_but_none.runner_argument(&[]), Ok(None));
+        assert_eq!(shown_but_none.runner_argument(&[], &[]), Ok(None));
+        let mounts = [Mount { name: "data".into(), path: "/d".into(), writable: false }];
+        assert_eq!(
+            Packages::default().runner_argument(&site, &mounts),
+            Ok(Some(r#"{"site":[],"preload":[],"mounts":["data"]}"#.into())),
+            "the names only: the runner's attach() takes their files"
+        );
     }
 
     #[test]
@@ -98,7 +110,7 @@ mod tests {
         use std::os::unix::ffi::OsStrExt;
         let odd = PathBuf::from(std::ffi::OsStr::from_bytes(b"/venv/\xff"));
         let packages = Packages { site_packages: true, preload: vec![] };
-        assert!(packages.runner_argument(&[odd]).unwrap_err().starts_with("execution.site_packages: "));
+        assert!(packages.runner_argument(&[odd], &[]).unwrap_err().starts_with("execution.site_packages: "));
     }
 
     #[test]

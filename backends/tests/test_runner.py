@@ -22,9 +22,12 @@ MESSAGE_TYPES = {"ready", "output", "call", "helper", "show", "attach", "emit", 
 class Runner:
     """One runner process, started exactly as a backend does, with line-level access to its channel."""
 
-    def __init__(self, options=None):
-        """`options`: the runner's options argument (execution.site_packages and preload), as a dict."""
+    def __init__(self, options=None, setup=None):
+        """`options`: the runner's options argument (execution.site_packages and preload), as a dict; `setup`
+        is called with the working directory before the runner starts."""
         self.tmp = tempfile.TemporaryDirectory()
+        if setup is not None:
+            setup(self.tmp.name)
         extra = [] if options is None else [json.dumps(options)]
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", RUNNER_SOURCE, *extra],
@@ -85,8 +88,8 @@ def without_carets(text):
 
 
 class RunnerTest(unittest.TestCase):
-    def start(self, options=None):
-        runner = Runner(options)
+    def start(self, options=None, setup=None):
+        runner = Runner(options, setup)
         self.addCleanup(runner.close)
         self.assertEqual(runner.recv(), {"type": "ready", "version": 3})
         return runner
@@ -1347,6 +1350,24 @@ class RunnerTest(unittest.TestCase):
         error = self.error_of(self.run_program("import ptc_no_such_module", runner=runner))
         self.assertIn("(only the standard library and the packages installed for the server's interpreter are "
                       "available here)", error["message"])
+
+    def test_attach_takes_the_files_of_a_mount_that_is_a_symlink_out_and_no_other_symlink_out(self):
+        folder, elsewhere = self.package_dir({"rows": "a,b\n"}), self.package_dir({"rows": "c,d\n"})
+        def links(workdir):
+            os.symlink(folder, os.path.join(workdir, "data"))
+            os.symlink(elsewhere, os.path.join(workdir, "other"))
+        runner = self.start({"site": [], "preload": [], "mounts": ["data"]}, setup=links)
+        code = """
+            attach('data/rows.py')
+            try:
+                attach('other/rows.py')
+            except ValueError as e:
+                print('refused:', str(e)[:40])
+        """
+        messages = self.run_program(code, runner=runner, answer=lambda m: ok(m, {"attached": 1, "left_out": None}))
+        attached = [(m["name"], m["data"]) for m in self.of_type(messages, "attach")]
+        self.assertEqual(attached, [("data/rows.py", "YSxiCg==")])
+        self.assertEqual(self.output(messages), "refused: attach(): 'other/rows.py' is outside the\n")
 
     def test_without_options_sys_argv_and_the_hint_are_as_always(self):
         messages = self.run_program("import sys\nprint(sys.argv)\nimport ptc_no_such_module")

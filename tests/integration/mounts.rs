@@ -168,3 +168,32 @@ async fn a_folder_path_may_name_environment_variables() {
     assert_eq!(printed, "hi\n");
     assert!(out.path().join("o").exists());
 }
+
+#[apply(integration_test!)]
+async fn a_file_of_a_folder_can_be_attached_by_its_path_in_the_working_directory() {
+    let (data, out) = (folder(&[("rows.csv", "day,temp\nMon,21\n")]), folder(&[]));
+    let Some(ptc) = ptc(data.path(), out.path(), "").await else { return };
+    let run = ptc.execute("open('out/sum.txt', 'w').write('21')\nattach('data/rows.csv')\nattach('out/sum.txt')").await;
+    assert_eq!(
+        run.expect_ok(),
+        "[Script executed successfully]\n(no output)\n[attached: file data/rows.csv (text/csv), file out/sum.txt (text/plain)]"
+    );
+    let uris: Vec<String> = run
+        .0
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            rmcp::model::ContentBlock::Resource(embedded) => match &embedded.resource {
+                rmcp::model::ResourceContents::TextResourceContents { uri, text, .. } => {
+                    Some(format!("{uri} {text:?}"))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        uris,
+        ["ptc-mcp://attachments/data/rows.csv \"day,temp\\nMon,21\\n\"", "ptc-mcp://attachments/out/sum.txt \"21\""]
+    );
+}

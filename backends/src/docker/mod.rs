@@ -435,7 +435,7 @@ impl SandboxBackend for DockerBackend {
         let tasks = runtime.task_bound();
         let options = self
             .packages
-            .runner_argument(&python.installed)
+            .runner_argument(&python.installed, &self.mounts)
             .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::Docker, reason })?;
         let command =
             runner_command(&python.executable, request, tasks.nproc(&self.settings, &request.limits), options);

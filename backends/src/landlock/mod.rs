@@ -191,7 +191,7 @@ impl SandboxBackend for LandlockBackend {
         let python = self.python.for_spawn(SandboxKind::Landlock).await?;
         let options = self
             .packages
-            .runner_argument(&python.installed)
+            .runner_argument(&python.installed, &self.mounts)
             .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::Landlock, reason })?;
         self.start(python, runner_args(options), request, self.allow_degraded).await
     }

@@ -185,7 +185,7 @@ impl SandboxBackend for SeatbeltBackend {
         let options = self
             .settings
             .packages
-            .runner_argument(&python.installed)
+            .runner_argument(&python.installed, &self.settings.mounts)
             .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::Seatbelt, reason })?;
         self.start(request, crate::host::runner_args(options)).await
     }
