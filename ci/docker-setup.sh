@@ -192,7 +192,8 @@ log "image $image: Python $version at $executable (also /usr/local/bin/python3),
 # With PTC_RUNNER_PACKAGES_PYTHON (a virtualenv's python of the same base interpreter, e.g. ci/test-deps.sh's
 # packages venv), the image $PTC_RUNNER_PACKAGES_IMAGE (default ptc-mcp-runner:packages): the runner image
 # plus that venv's installed packages in the interpreter's own site-packages (what execution.site_packages
-# shows programs under docker) and the shared libraries their extension modules need (from ldd).
+# shows programs under docker), with their compiled bytecode (the image is read-only: without it every import
+# compiles from source), and the shared libraries their extension modules need (from ldd).
 if [[ -n ${PTC_RUNNER_PACKAGES_PYTHON:-} ]]; then
     packages_image=${PTC_RUNNER_PACKAGES_IMAGE:-ptc-mcp-runner:packages}
     venv_site=$("$PTC_RUNNER_PACKAGES_PYTHON" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
@@ -203,7 +204,7 @@ if [[ -n ${PTC_RUNNER_PACKAGES_PYTHON:-} ]]; then
     root=$packages_root # copy and copy_library write here from now on
     mkdir -p "$root$image_site"
     tar -C "$venv_site" -c --exclude='./pip' --exclude='./pip-*' --exclude='./_distutils_hack' \
-        --exclude='./setuptools*' --exclude='./pkg_resources' --exclude='*.pyc' . | tar -C "$root$image_site" -x
+        --exclude='./setuptools*' --exclude='./pkg_resources' . | tar -C "$root$image_site" -x
     mapfile -t objects < <(find "$root$image_site" -name '*.so*' -type f)
     mapfile -t package_libs < <(libraries "${objects[@]}" | grep -v "^$root" | sort -u)
     for lib in "${package_libs[@]}"; do
