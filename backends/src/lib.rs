@@ -60,6 +60,15 @@ impl Availability {
         !matches!(self, Availability::Unavailable { .. })
     }
 
+    /// The same, with `more` after the detail of a usable one (what a backend shows beyond its own layers).
+    pub(crate) fn with_more_detail(self, more: &str) -> Availability {
+        match self {
+            Availability::Available { detail } => Availability::Available { detail: detail + more },
+            Availability::Degraded { detail, missing } => Availability::Degraded { detail: detail + more, missing },
+            unavailable => unavailable,
+        }
+    }
+
     /// One line for logs and `server_status`.
     pub fn describe(&self) -> String {
         match self {
@@ -200,6 +209,12 @@ pub struct BackendSettings {
     pub mounts: Vec<Mount>,
     /// `execution.site_packages` and `execution.preload`.
     pub packages: Packages,
+}
+
+/// What a probe's detail adds for what runs see beyond the standard library and scratch: the mounts, the
+/// package directories shown (`site`) and the preloads; nothing when none is configured.
+pub(crate) fn shown_detail(mounts: &[Mount], packages: &Packages, site: &[PathBuf]) -> String {
+    format!("{}{}", mounts::describe(mounts), packages.describe(site))
 }
 
 /// Builds the backend for a configured kind. `auto` resolves to the OS's real sandbox, never to `none`.

@@ -52,6 +52,16 @@ pub(crate) fn link_into(scratch: &Path, mounts: &[Mount]) -> std::io::Result<()>
     Ok(())
 }
 
+/// What a probe's detail adds for `mounts` (nothing without any): `; mounts ./data read-only, ./out writable`.
+pub(crate) fn describe(mounts: &[Mount]) -> String {
+    if mounts.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> =
+        mounts.iter().map(|m| format!("./{} {}", m.name, if m.writable { "writable" } else { "read-only" })).collect();
+    format!("; mounts {}", each.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +75,13 @@ mod tests {
         for bad in ["", ".", "..", ".hidden", "a/b", "/abs", "../up", "-rf", "sp ace", "é", "a\0b", long.as_str()] {
             assert_eq!(check_name(bad), Err(BadName(bad.escape_debug().to_string())), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_probe_names_each_mount_and_how_it_is_shown() {
+        let mount = |name: &str, writable| Mount { name: name.into(), path: "/x".into(), writable };
+        assert_eq!(describe(&[]), "");
+        assert_eq!(describe(&[mount("data", false), mount("out", true)]), "; mounts ./data read-only, ./out writable");
     }
 
     #[test]

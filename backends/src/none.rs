@@ -75,6 +75,7 @@ impl SandboxBackend for NoneBackend {
                 python.executable.display()
             ),
         }
+        .with_more_detail(&crate::shown_detail(&self.mounts, &self.packages, &python.installed))
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {

@@ -53,6 +53,19 @@ impl Packages {
 }
 
 impl Packages {
+    /// What a probe's detail adds (nothing without packages): the package directories shown, and the preloads.
+    pub(crate) fn describe(&self, site: &[PathBuf]) -> String {
+        let mut said = String::new();
+        if self.site_packages {
+            let dirs: Vec<String> = site.iter().map(|dir| dir.display().to_string()).collect();
+            said.push_str(&format!("; installed packages shown read-only ({})", dirs.join(", ")));
+        }
+        if !self.preload.is_empty() {
+            said.push_str(&format!("; preloaded: {}", self.preload.join(", ")));
+        }
+        said
+    }
+
     /// Interpreter arguments of a probe that runs `body`: after the packages step and with its options when
     /// anything is asked, else `body` alone (the probe as it always was).
     pub(crate) fn probe_args(&self, site: &[PathBuf], body: &str) -> Result<Vec<String>, String> {

@@ -35,11 +35,6 @@ async fn ptc(data: &Path, out: &Path, extra: &str) -> Option<Ptc> {
     require_backend(&ptc).await.map(|()| ptc)
 }
 
-fn output(run: &Run) -> String {
-    run.expect_ok();
-    run.structured()["output"].as_str().unwrap().to_string()
-}
-
 #[apply(integration_test!)]
 async fn a_folder_appears_as_its_name_in_the_working_directory_and_only_a_writable_one_takes_writes() {
     let data = folder(&[("rows.csv", "day,temp\nMon,21\n")]);
@@ -58,7 +53,7 @@ except OSError as e:
     # A read-only mount (EROFS), or Landlock's rule for it where there is no mount (degraded: EACCES).
     print('data:', 'refused' if e.errno in (errno.EROFS, errno.EACCES) else errno.errorcode[e.errno])
 "#;
-    let printed = output(&ptc.execute(code).await);
+    let printed = ptc.execute(code).await.expect_output();
     let data_write = if sandbox_under_test() == "none" {
         // `none` only links the folder: nothing keeps a program from writing there.
         "data: written"
@@ -82,10 +77,12 @@ async fn what_a_run_writes_in_a_writable_folder_is_there_for_the_next_run_and_th
     second.await.expect_ok();
     assert_eq!(std::fs::read_to_string(out.path().join("a/b/n.txt")).unwrap(), "2");
     // The run's own files go with its scratch directory; the folder's stay.
-    let printed =
-        output(&ptc.execute("import os\nopen('mine.txt', 'w').write('x')\nprint(sorted(os.listdir('.')))").await);
+    let printed = ptc
+        .execute("import os\nopen('mine.txt', 'w').write('x')\nprint(sorted(os.listdir('.')))")
+        .await
+        .expect_output();
     assert_eq!(printed, "['data', 'mine.txt', 'out']\n");
-    assert_eq!(output(&ptc.execute("import os\nprint(sorted(os.listdir('.')))").await), "['data', 'out']\n");
+    assert_eq!(ptc.execute("import os\nprint(sorted(os.listdir('.')))").await.expect_output(), "['data', 'out']\n");
 }
 
 #[apply(integration_test!)]
@@ -106,7 +103,10 @@ def write(path, mib):
 print('out, 3 files of 1 MiB:', write('out/a', 1), write('out/b', 1), write('out/c', 1))
 print('out, 3 MiB:', write('out/big', 3))
 "#;
-    assert_eq!(output(&ptc.execute(code).await), "out, 3 files of 1 MiB: written written written\nout, 3 MiB: EFBIG\n");
+    assert_eq!(
+        ptc.execute(code).await.expect_output(),
+        "out, 3 files of 1 MiB: written written written\nout, 3 MiB: EFBIG\n"
+    );
     let size = |name: &str| std::fs::metadata(out.path().join(name)).unwrap().len();
     assert_eq!([size("a"), size("b"), size("c"), size("big")], [1 << 20, 1 << 20, 1 << 20, 2 << 20]);
 }
@@ -165,7 +165,8 @@ async fn a_folder_path_may_name_environment_variables() {
     if require_backend(&ptc).await.is_none() {
         return;
     }
-    let printed = output(&ptc.execute("print(open('data/hello.txt').read())\nopen('out/o', 'w').write('o')").await);
+    let printed =
+        ptc.execute("print(open('data/hello.txt').read())\nopen('out/o', 'w').write('o')").await.expect_output();
     assert_eq!(printed, "hi\n");
     assert!(out.path().join("o").exists());
 }

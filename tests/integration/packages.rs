@@ -30,11 +30,6 @@ async fn ptc(extra: &str) -> Option<Ptc> {
     require_backend(&ptc).await.map(|()| ptc)
 }
 
-fn output(run: &Run) -> String {
-    run.expect_ok();
-    run.structured()["output"].as_str().unwrap().to_string()
-}
-
 #[apply(integration_test!)]
 async fn numpy_and_pandas_import_and_compute_with_the_interpreters_packages_shown() {
     let Some(ptc) = ptc("  site_packages: true\n").await else { return };
@@ -53,7 +48,7 @@ except OSError as e:
 "#;
     let expected = "{'Lima': 20.0, 'Oslo': 4.0}\n[0.8, 1.4]\ncity,temp\nOslo,3.0\nLima,19.5\nOslo,5.0\nLima,20.5\n";
     let read_only = if sandbox_under_test() == "none" { "numpy is writable\n" } else { "numpy is read-only\n" };
-    assert_eq!(output(&ptc.execute(code).await), format!("{expected}{read_only}"));
+    assert_eq!(ptc.execute(code).await.expect_output(), format!("{expected}{read_only}"));
     if sandbox_under_test() == "none" {
         // Under none the program really wrote into the venv: take it back.
         let python = std::env::var("PTC_TEST_PACKAGES_PYTHON").unwrap();
@@ -79,9 +74,9 @@ async fn a_preloaded_module_is_imported_before_the_program_starts() {
     let Some(preloaded) = ptc("  site_packages: true\n  preload: [pandas]\n").await else { return };
     let code =
         "import sys\nprint('pandas' in sys.modules, 'numpy' in sys.modules)\nimport pandas\nprint(pandas.__version__)";
-    assert_eq!(output(&preloaded.execute(code).await), "True True\n2.2.3\n");
+    assert_eq!(preloaded.execute(code).await.expect_output(), "True True\n2.2.3\n");
     let Some(plain) = ptc("  site_packages: true\n").await else { return };
-    assert_eq!(output(&plain.execute(code).await), "False False\n2.2.3\n", "without preload it is not");
+    assert_eq!(plain.execute(code).await.expect_output(), "False False\n2.2.3\n", "without preload it is not");
 }
 
 #[apply(integration_test!)]
@@ -111,6 +106,6 @@ async fn with_packages_shown_programs_still_have_no_network() {
     let Some(ptc) = ptc("  site_packages: true\n  preload: [pandas]\n").await else { return };
     let code = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=2)\n    print('connected')\n\
                 except OSError as e:\n    print('no network:', type(e).__name__)";
-    let printed = output(&ptc.execute(code).await);
+    let printed = ptc.execute(code).await.expect_output();
     assert!(printed.starts_with("no network: "), "{printed}");
 }

@@ -415,6 +415,7 @@ impl SandboxBackend for DockerBackend {
             self.settings.pids(&limits),
             self.settings.cpus,
         );
+        let detail = detail + &crate::shown_detail(&self.mounts, &self.packages, &python.installed);
         if python.hide_etc {
             Availability::Available { detail }
         } else {
@@ -634,17 +635,21 @@ mod tests {
                                   engine (unix:///path/docker.sock, tcp://host:2375, https://host:2376 with \
                                   DOCKER_CERT_PATH)";
 
-    #[tokio::test]
-    async fn an_engine_that_cannot_be_reached_makes_the_backend_unavailable_saying_how_to_fix_it() {
-        let settings = BackendSettings {
+    /// The settings of a docker backend on the engine at `host`, with `mounts`.
+    fn settings(host: &str, mounts: Vec<Mount>) -> BackendSettings {
+        BackendSettings {
             python: "python3".into(),
             helper: PathBuf::new(),
-            docker: DockerSettings { host: Some("unix:///nonexistent/docker.sock".into()), ..Default::default() },
+            docker: DockerSettings { host: Some(host.into()), ..Default::default() },
             allow_degraded: false,
-            mounts: vec![],
+            mounts,
             packages: Packages::default(),
-        };
-        let backend = DockerBackend::new(&settings);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_engine_that_cannot_be_reached_makes_the_backend_unavailable_saying_how_to_fix_it() {
+        let backend = DockerBackend::new(&settings("unix:///nonexistent/docker.sock", vec![]));
         let reason = format!(
             "cannot reach the Docker engine at unix:///nonexistent/docker.sock: Socket not found: \
              /nonexistent/docker.sock; {FIX_THE_ENGINE}"
@@ -659,14 +664,10 @@ mod tests {
 
     #[tokio::test]
     async fn mounts_on_an_engine_elsewhere_are_refused_before_it_is_asked_anything() {
-        let settings = BackendSettings {
-            python: "python3".into(),
-            helper: PathBuf::new(),
-            docker: DockerSettings { host: Some("tcp://192.0.2.1:2375".into()), ..Default::default() },
-            allow_degraded: false,
-            mounts: vec![Mount { name: "data".into(), path: "/data".into(), writable: false }],
-            packages: Packages::default(),
-        };
+        let settings = settings(
+            "tcp://192.0.2.1:2375",
+            vec![Mount { name: "data".into(), path: "/data".into(), writable: false }],
+        );
         let reason = "execution.mounts need the Docker engine on this machine (execution.docker.host or DOCKER_HOST \
                       a unix:// socket): a bind names a folder of the engine's machine, and tcp://192.0.2.1:2375 may \
                       be another one; remove the mounts, or use a local engine";

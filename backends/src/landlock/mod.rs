@@ -173,7 +173,8 @@ impl SandboxBackend for LandlockBackend {
             Ok(runner) => runner,
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
-        match probe_outcome(runner).await {
+        let shown = crate::shown_detail(&self.mounts, &self.packages, &python.installed);
+        let outcome = match probe_outcome(runner).await {
             Availability::Degraded { detail, .. } if !self.allow_degraded => {
                 let why = detail.split("; ").find(|layer| layer.starts_with(DEGRADED_LAYER)).unwrap_or(&detail);
                 Availability::Unavailable {
@@ -184,7 +185,8 @@ impl SandboxBackend for LandlockBackend {
                 }
             }
             availability => availability,
-        }
+        };
+        outcome.with_more_detail(&shown)
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {

@@ -169,15 +169,21 @@ impl SandboxBackend for SeatbeltBackend {
         Availability::Available {
             detail: format!(
                 "sandbox-exec deny-by-default profile: no network, no fork (exec of the interpreter only), reads \
-                 of the interpreter, its standard library and {} libraries it loads (installed packages hidden), \
+                 of the interpreter, its standard library and {} libraries it loads (installed packages hidden{}), \
                  writes only in scratch (no hard links, clones or file flags), no other process's information; \
                  memory and scratch size watched by the server (macOS enforces no memory rlimit); runners end \
                  with the server through a reaper process; python {} at {}",
                 layout.libraries.len(),
+                if self.settings.packages.site_packages { " but its own" } else { "" },
                 python.version,
                 layout.interpreter.display()
             ),
         }
+        .with_more_detail(&crate::shown_detail(
+            &self.settings.mounts,
+            &self.settings.packages,
+            &python.installed,
+        ))
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {

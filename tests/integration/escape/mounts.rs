@@ -100,6 +100,24 @@ async fn mount_attempt(name: &str, expect: impl Into<Expect>, code: &str, eviden
     }
 }
 
+/// One test per attempt: `mount_attempt!(name, under none: Expectation [evidence], "python code")`; with
+/// `[evidence]` the attempt changes the host side when it gets through, and must leave it as it was otherwise.
+macro_rules! mount_attempt {
+    ($(#[$doc:meta])* $name:ident, under none: $none:ident [evidence], $code:expr) => {
+        mount_attempt!(@test $(#[$doc])* $name, $none, true, $code);
+    };
+    ($(#[$doc:meta])* $name:ident, under none: $none:ident, $code:expr) => {
+        mount_attempt!(@test $(#[$doc])* $name, $none, false, $code);
+    };
+    (@test $(#[$doc:meta])* $name:ident, $none:ident, $evidence:literal, $code:expr) => {
+        $(#[$doc])*
+        #[apply(integration_test!)]
+        async fn $name() {
+            mount_attempt(stringify!($name), UnderNone::$none, $code, $evidence).await;
+        }
+    };
+}
+
 /// `secret(path)`: what `path` reads, if it is the secret (else `Blocked`).
 const SECRET_CHECK: &str = r#"
 def secret(path):
@@ -110,23 +128,18 @@ def secret(path):
     return f'read the secret through {path}'
 "#;
 
-#[apply(integration_test!)]
-async fn dot_dot_out_of_a_mount_reaches_nothing_beside_its_folder() {
-    let code = r#"
+mount_attempt!(
+    dot_dot_out_of_a_mount_reaches_nothing_beside_its_folder, under none: Escapes, r#"
 probe(secret, 'ro/../secret.txt', 'rw/../secret.txt', 'ro/' + '../' * 16 + SECRET.lstrip('/'), SECRET)
-"#;
-    mount_attempt("dot_dot_out_of_a_mount_reaches_nothing_beside_its_folder", UnderNone::Escapes, code, false).await;
-}
+"#
+);
 
-#[apply(integration_test!)]
-async fn a_symlink_in_a_folder_that_leads_out_of_it_leads_nowhere() {
-    let code = "probe(secret, 'ro/rel_out', 'ro/abs_out')";
-    mount_attempt("a_symlink_in_a_folder_that_leads_out_of_it_leads_nowhere", UnderNone::Escapes, code, false).await;
-}
+mount_attempt!(
+    a_symlink_in_a_folder_that_leads_out_of_it_leads_nowhere, under none: Escapes, "probe(secret, 'ro/rel_out', 'ro/abs_out')"
+);
 
-#[apply(integration_test!)]
-async fn a_symlink_a_program_plants_in_a_writable_folder_leads_nowhere() {
-    let code = r#"
+mount_attempt!(
+    a_symlink_a_program_plants_in_a_writable_folder_leads_nowhere, under none: Escapes, r#"
 def planted(target):
     link = f'rw/planted-{os.getpid()}'
     os.symlink(target, link)
@@ -135,15 +148,13 @@ def planted(target):
     finally:
         os.remove(link)
 probe(planted, SECRET, '../secret.txt')
-"#;
-    let name = "a_symlink_a_program_plants_in_a_writable_folder_leads_nowhere";
-    mount_attempt(name, UnderNone::Escapes, code, false).await;
-}
+"#
+);
 
-#[apply(integration_test!)]
-async fn nothing_in_a_read_only_folder_can_change() {
-    // The first change that works leaves its mark (an escape must change the host side).
-    let code = r#"
+mount_attempt!(
+    /// The first change that works leaves its mark (an escape must change the host side).
+    /// (Times are not in the evidence: an escape by utime alone would still be seen as one by the probe.)
+    nothing_in_a_read_only_folder_can_change, under none: Escapes [evidence], r#"
 def append(): open('ro/inside.txt', 'a').write('escaped'); return 'appended to ro/inside.txt'
 def create(): open('ro/new.txt', 'x').write('escaped'); return 'created ro/new.txt'
 def remove(): os.remove('ro/inside.txt'); return 'removed ro/inside.txt'
@@ -156,39 +167,32 @@ CHANGES = {f.__name__: f for f in (append, create, remove, rename, chmod, utime,
 def change(name):
     return CHANGES[name]()
 probe(change, *CHANGES)
-"#;
-    // (Times are not in the evidence: an escape by utime alone would still be seen as one by the probe.)
-    mount_attempt("nothing_in_a_read_only_folder_can_change", UnderNone::Escapes, code, true).await;
-}
+"#
+);
 
-#[apply(integration_test!)]
-async fn a_read_only_file_cannot_be_hard_linked_to_a_writable_place() {
-    let code = r#"
+mount_attempt!(
+    a_read_only_file_cannot_be_hard_linked_to_a_writable_place, under none: Escapes [evidence], r#"
 def link_and_write(destination):
     os.link('ro/inside.txt', destination)
     with open(destination, 'a') as f:
         f.write('escaped')
     return f'linked ro/inside.txt to {destination} and wrote through it'
 probe(link_and_write, 'rw/linked', 'linked')
-"#;
-    mount_attempt("a_read_only_file_cannot_be_hard_linked_to_a_writable_place", UnderNone::Escapes, code, true).await;
-}
+"#
+);
 
-#[apply(integration_test!)]
-async fn a_file_cannot_be_renamed_out_of_a_writable_folder() {
-    let code = r#"
+mount_attempt!(
+    a_file_cannot_be_renamed_out_of_a_writable_folder, under none: Escapes [evidence], r#"
 def move_out(destination):
     os.rename('rw/f.txt', destination)
     return f'moved rw/f.txt to {destination}'
 probe(move_out, 'rw/../moved.txt', ROOT + '/moved.txt')
-"#;
-    mount_attempt("a_file_cannot_be_renamed_out_of_a_writable_folder", UnderNone::Escapes, code, true).await;
-}
+"#
+);
 
-#[apply(integration_test!)]
-async fn a_read_only_folder_cannot_be_bound_again_writable() {
-    // mount(2) with MS_BIND (4096) of ./ro onto a scratch directory, then a write through it; unmounted after.
-    let code = r#"
+mount_attempt!(
+    /// mount(2) with MS_BIND (4096) of ./ro onto a scratch directory, then a write through it; unmounted after.
+    a_read_only_folder_cannot_be_bound_again_writable, under none: EscapesAsRoot, r#"
 def bind_and_write():
     os.mkdir('b')
     syscall(165, b'ro', b'b', None, 4096, None)
@@ -199,6 +203,5 @@ def bind_and_write():
     finally:
         syscall(166, b'b', 2)
 probe(bind_and_write, strict=True)
-"#;
-    mount_attempt("a_read_only_folder_cannot_be_bound_again_writable", UnderNone::EscapesAsRoot, code, false).await;
-}
+"#
+);
