@@ -8,8 +8,12 @@
 //! last, a soak: 10,000 runs with tool calls in one server (`PTC_BENCH_SOAK_RUNS`), its memory and open files
 //! along the way. `PTC_BENCH_BINARY` measures another build of the server with the same rows.
 //!
-//! Words after the command choose sections: `precheck`, `sandboxes`, `soak` (`ci/bench.sh soak` runs the soak
-//! alone); none runs them all.
+//! Then `import pandas` in a run with and without `execution.preload`, and what preloading adds to a runner's
+//! start, per sandbox (the venv of `PTC_TEST_PACKAGES_PYTHON` from ci/test-deps.sh; under docker the image
+//! `PTC_BENCH_DOCKER_PACKAGES_IMAGE`, default `ptc-mcp-runner:packages` from ci/docker-setup.sh).
+//!
+//! Words after the command choose sections: `precheck`, `sandboxes`, `preload`, `soak` (`ci/bench.sh soak` runs
+//! the soak alone); none runs them all.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -53,28 +57,34 @@ fn docker_image() -> String {
     std::env::var("PTC_BENCH_DOCKER_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:local".to_string())
 }
 
-/// `execution` keys a sandbox needs here: for `docker`, the runner image ci/docker-setup.sh builds
-/// (`PTC_BENCH_DOCKER_IMAGE`, default `ptc-mcp-runner:local`), and the runtime if one is named.
-fn sandbox_keys(sandbox: &str) -> String {
+/// `execution` keys a sandbox needs here: for `docker`, `image` (the runner image ci/docker-setup.sh builds,
+/// `PTC_BENCH_DOCKER_IMAGE`, default `ptc-mcp-runner:local`), and the runtime if one is named.
+fn sandbox_keys(sandbox: &str, image: &str) -> String {
     match kind_and_runtime(sandbox) {
         ("docker", runtime) => {
             let runtime = runtime.map(|runtime| format!("    runtime: {runtime}\n")).unwrap_or_default();
-            format!("  docker:\n    image: {}\n{runtime}", docker_image())
+            format!("  docker:\n    image: {image}\n{runtime}")
         }
         _ => String::new(),
     }
 }
 
 async fn start(sandbox: &str, execution: &str) -> (Server, Duration) {
-    start_with(sandbox, &mock_entry(), execution).await
+    start_in(sandbox, execution, &docker_image()).await
 }
 
-/// A server with these `servers` entries.
-async fn start_with(sandbox: &str, servers: &str, execution: &str) -> (Server, Duration) {
+/// [`start`], with `image` as the docker sandbox's.
+async fn start_in(sandbox: &str, execution: &str, image: &str) -> (Server, Duration) {
+    start_with(sandbox, &mock_entry(), execution, image).await
+}
+
+/// A server with these `servers` entries, and `image` as the docker sandbox's.
+async fn start_with(sandbox: &str, servers: &str, execution: &str, image: &str) -> (Server, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     let kind = kind_and_runtime(sandbox).0;
-    let text = format!("servers:\n{servers}execution:\n  sandbox: {kind}\n{}{execution}", sandbox_keys(sandbox));
+    let keys = sandbox_keys(sandbox, image);
+    let text = format!("servers:\n{servers}execution:\n  sandbox: {kind}\n{keys}{execution}");
     std::fs::write(&config, text).unwrap();
     let started = Instant::now();
     let mut command = Command::new(binary());
@@ -466,7 +476,7 @@ async fn structured_result_peak_over_http(sandbox: &str) {
         tokio::io::BufReader::new(downstream.stdout.take().unwrap()).read_line(&mut announced).await.unwrap();
         let port = announced.trim().strip_prefix("PORT ").expect("the HTTP mock announces its port");
         let entry = format!("  - name: mock\n    transport: http\n    url: http://127.0.0.1:{port}/mcp\n");
-        let (server, _) = start_with(sandbox, &entry, "  timeout_seconds: 120\n").await;
+        let (server, _) = start_with(sandbox, &entry, "  timeout_seconds: 120\n", &docker_image()).await;
         let Through { size, idle_rss, peak_rss, .. } = peak_through(&server, SDK_ROWS_PROGRAM).await;
         row(
             &format!("server RSS peak, the same over streamable HTTP ({framing})"),
@@ -690,6 +700,9 @@ async fn main() {
     if wanted("sandboxes") {
         sandboxes().await;
     }
+    if wanted("preload") {
+        preload_cost().await;
+    }
     if wanted("soak") {
         let runs = std::env::var("PTC_BENCH_SOAK_RUNS")
             .map_or(10_000, |runs| runs.parse().expect("PTC_BENCH_SOAK_RUNS: a number"));
@@ -735,6 +748,86 @@ async fn sandboxes() {
                 let ratio = it.as_secs_f64() / default.as_secs_f64().max(1e-9);
                 println!("| {sandbox} | {measure} | {} | {} | {ratio:.2}x |", ms(it), ms(default));
             }
+        }
+    }
+}
+
+/// The docker image with numpy and pandas (ci/docker-setup.sh builds it from the venv).
+fn docker_packages_image() -> String {
+    std::env::var("PTC_BENCH_DOCKER_PACKAGES_IMAGE").unwrap_or_else(|_| "ptc-mcp-runner:packages".to_string())
+}
+
+/// Starts a server whose programs see numpy and pandas, in `sandbox` (with `extra` keys), if pandas imports
+/// there; otherwise says why and gives `None`.
+async fn packages_server(sandbox: &str, extra: &str) -> Option<Server> {
+    let (server, _) = if kind_and_runtime(sandbox).0 == "docker" {
+        start_in(sandbox, &format!("  site_packages: true\n{extra}"), &docker_packages_image()).await
+    } else {
+        let Ok(python) = std::env::var("PTC_TEST_PACKAGES_PYTHON") else {
+            println!("\n{sandbox}: PTC_TEST_PACKAGES_PYTHON is not set (eval \"$(ci/test-deps.sh)\"), skipped");
+            return None;
+        };
+        start(sandbox, &format!("  python: {python}\n  site_packages: true\n{extra}")).await
+    };
+    let probe = server.call("import pandas").await;
+    if probe.is_error == Some(true) {
+        let why = probe.structured_content.map(|result| result["error"].to_string()).unwrap_or_default();
+        println!("\n{sandbox}: pandas cannot be imported here ({why}), skipped");
+        return None;
+    }
+    Some(server)
+}
+
+/// Medians of `runs` programs `code` (a pause before each, as between a model's calls), whole and as the
+/// program timed itself (it prints seconds).
+async fn timed_runs(server: &Server, code: &str, pause: Duration) -> (Duration, Duration) {
+    let (mut whole, mut inside) = (Vec::new(), Vec::new());
+    for _ in 0..REPEATS.max(7) {
+        tokio::time::sleep(pause).await;
+        let started = Instant::now();
+        let result = server.execute(code).await;
+        whole.push(started.elapsed());
+        let printed = result["output"].as_str().unwrap_or_default().trim().parse::<f64>().unwrap_or(0.0);
+        inside.push(Duration::from_secs_f64(printed));
+    }
+    (percentile(&mut whole, 0.5), percentile(&mut inside, 0.5))
+}
+
+/// `import pandas` in a run with `execution.preload: [pandas]` against without (same sandbox, same run,
+/// `site_packages` on for both), and what the preload adds to starting a runner (the pool off: every run
+/// starts one).
+async fn preload_cost() {
+    let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
+    let import = "import time\nt = time.perf_counter()\nimport pandas\nprint(time.perf_counter() - t)";
+    for sandbox in sandboxes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (Some(plain), Some(preloaded)) =
+            (packages_server(sandbox, "").await, packages_server(sandbox, "  preload: [pandas]\n").await)
+        else {
+            continue;
+        };
+        // The pool (2) refills between runs: a preloading runner takes the import's time to get ready.
+        let pause = Duration::from_millis(2500);
+        let (plain_run, plain_import) = timed_runs(&plain, import, pause).await;
+        let (preloaded_run, preloaded_import) = timed_runs(&preloaded, import, pause).await;
+        drop((plain, preloaded));
+        let (Some(plain_cold), Some(preloaded_cold)) = (
+            packages_server(sandbox, "  pool_size: 0\n").await,
+            packages_server(sandbox, "  pool_size: 0\n  preload: [pandas]\n").await,
+        ) else {
+            continue;
+        };
+        let (plain_start, _) = timed_runs(&plain_cold, "print(0)", Duration::from_millis(100)).await;
+        let (preloaded_start, _) = timed_runs(&preloaded_cold, "print(0)", Duration::from_millis(100)).await;
+        println!("\n### preload: {sandbox}\n\n| measure | preload: [pandas] | no preload | ratio |\n|---|---|---|---|");
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+        let rows = [
+            ("`import pandas` inside the run, p50", preloaded_import, plain_import),
+            ("execute `import pandas` p50 (pool on)", preloaded_run, plain_run),
+            ("execute `print(0)` p50, pool off (a runner's start)", preloaded_start, plain_start),
+        ];
+        for (name, with, without) in rows {
+            let ms = |d: Duration| format!("{:.3} ms", d.as_secs_f64() * 1000.0);
+            println!("| {name} | {} | {} | {:.3}x |", ms(with), ms(without), ratio(with, without));
         }
     }
 }

@@ -15,6 +15,8 @@
 #      and its extension modules need (from ldd), the dynamic loader and /usr/share/zoneinfo. No /etc at all
 #      (no user database: containers run as a numeric non-root uid), no shell, no other program.
 #      The image is rebuilt only when its inputs changed (a label holds their digest).
+#   5. with PTC_RUNNER_PACKAGES_PYTHON (a venv's python), also ptc-mcp-runner:packages (or
+#      $PTC_RUNNER_PACKAGES_IMAGE): the same image with that venv's packages (numpy, pandas) installed.
 # Progress goes to stderr; the last line on stdout names the image.
 # Usage: ci/docker-setup.sh            (needs root for the install and for starting dockerd)
 set -euo pipefail
@@ -161,23 +163,57 @@ fi
 mkdir -p "$root/usr/local/bin"
 [[ -e $root/usr/local/bin/python3 ]] || ln -s "$executable" "$root/usr/local/bin/python3"
 
-if [[ $("$docker" image inspect --format '{{index .Config.Labels "ptc-mcp.inputs"}}' "$image" 2>/dev/null) == "$digest" ]]; then
-    log "image $image is up to date (inputs $digest)"
-else
-    log "building $image from $executable (Python $version) and $((${#libs[@]})) shared libraries"
+# Imports the tree $2 as image $1, unless the image's label already holds the digest $3 of its inputs.
+import_image() {
+    local name=$1 tree=$2 inputs=$3
+    if [[ $("$docker" image inspect --format '{{index .Config.Labels "ptc-mcp.inputs"}}' "$name" 2>/dev/null) == "$inputs" ]]; then
+        log "image $name is up to date (inputs $inputs)"
+        return
+    fi
+    log "building $name from $executable (Python $version)"
     # Everything owned by root; directories traversable by anyone (a home like /root is 0700 on the host).
-    tar -C "$root" -c --owner=0 --group=0 --numeric-owner --mode='u+w,go-w,a+rX' --sort=name . \
+    tar -C "$tree" -c --owner=0 --group=0 --numeric-owner --mode='u+w,go-w,a+rX' --sort=name . \
         | "$docker" import \
             --change 'CMD ["/usr/local/bin/python3"]' \
-            --change "LABEL ptc-mcp.inputs=$digest" \
+            --change "LABEL ptc-mcp.inputs=$inputs" \
             --change "LABEL ptc-mcp.python=$executable" \
             --message "ptc-mcp runner image from the machine's own Python $version" \
-            - "$image" >/dev/null
-fi
+            - "$name" >/dev/null
+}
+import_image "$image" "$root" "$digest"
 size=$("$docker" image inspect --format '{{.Size}}' "$image")
 log "image $image: Python $version at $executable (also /usr/local/bin/python3), $((size / 1024 / 1024)) MiB"
 "$docker" run --rm --network none --read-only --user 65534:65534 "$image" /usr/local/bin/python3 -I -S -c \
     'import sys, ctypes, sqlite3, zoneinfo, ssl; print("docker-setup: python", sys.version.split()[0], "works in the image")' >&2
 "$docker" run --rm --runtime runsc --network none --read-only --user 65534:65534 "$image" /usr/local/bin/python3 -I -S -c \
     'import os; print("docker-setup: python works in the image under runsc (kernel %s)" % os.uname().release)' >&2
+
+# --- 5. a runner image with packages (optional) -------------------------------------------------
+# With PTC_RUNNER_PACKAGES_PYTHON (a virtualenv's python of the same base interpreter, e.g. ci/test-deps.sh's
+# packages venv), the image $PTC_RUNNER_PACKAGES_IMAGE (default ptc-mcp-runner:packages): the runner image
+# plus that venv's installed packages in the interpreter's own site-packages (what execution.site_packages
+# shows programs under docker), with their compiled bytecode (the image is read-only: without it every import
+# compiles from source), and the shared libraries their extension modules need (from ldd).
+if [[ -n ${PTC_RUNNER_PACKAGES_PYTHON:-} ]]; then
+    packages_image=${PTC_RUNNER_PACKAGES_IMAGE:-ptc-mcp-runner:packages}
+    venv_site=$("$PTC_RUNNER_PACKAGES_PYTHON" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    image_site=$("$executable" -I -S -c 'import site; print(site.getsitepackages()[0])')
+    [[ -d $venv_site ]] || die "PTC_RUNNER_PACKAGES_PYTHON=$PTC_RUNNER_PACKAGES_PYTHON has no site-packages"
+    packages_root=$stage/packages
+    cp -al "$root" "$packages_root"
+    root=$packages_root # copy and copy_library write here from now on
+    mkdir -p "$root$image_site"
+    tar -C "$venv_site" -c --exclude='./pip' --exclude='./pip-*' --exclude='./_distutils_hack' \
+        --exclude='./setuptools*' --exclude='./pkg_resources' . | tar -C "$root$image_site" -x
+    mapfile -t objects < <(find "$root$image_site" -name '*.so*' -type f)
+    mapfile -t package_libs < <(libraries "${objects[@]}" | grep -v "^$root" | sort -u)
+    for lib in "${package_libs[@]}"; do
+        copy_library "$lib"
+    done
+    packages_digest=$( (echo "$digest"; cd "$root$image_site" && find . ! -type d -printf '%p %s\n' | LC_ALL=C sort;
+        printf '%s\n' "${package_libs[@]}") | sha256sum | cut -c1-16)
+    import_image "$packages_image" "$root" "$packages_digest"
+    "$docker" run --rm --network none --read-only --user 65534:65534 "$packages_image" /usr/local/bin/python3 -I -c \
+        'import numpy, pandas; print("docker-setup: numpy", numpy.__version__, "and pandas", pandas.__version__, "work in the packages image")' >&2
+fi
 echo "$image"

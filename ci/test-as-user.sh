@@ -49,11 +49,15 @@ without_user_namespaces() {
     wait "$pid"
 }
 
+# The packages tests need ci/test-deps.sh's venv (made from the system's python3, which every user can run);
+# they skip, saying so, without it.
+packages=()
+if [[ -n ${PTC_TEST_PACKAGES_PYTHON:-} ]]; then packages=(PTC_TEST_PACKAGES_PYTHON="$PTC_TEST_PACKAGES_PYTHON"); fi
 as_user=(setpriv --reuid "$user" --regid "$user" --init-groups env -i PATH=/usr/local/bin:/usr/bin:/bin
     HOME="/home/$user" PTC_TEST_BINARY="$work/ptc-mcp" PTC_TEST_REPO="$work" PTC_TEST_SANDBOX=landlock
-    PTC_TEST_LANDLOCK_MODE="$mode" PTC_REQUIRE_BACKENDS=landlock RUST_BACKTRACE=0
-    "$work/integration" escape:: --test-threads 2)
-echo "== escape and functional suites under landlock ($mode) as $user" >&2
+    PTC_TEST_LANDLOCK_MODE="$mode" PTC_REQUIRE_BACKENDS=landlock RUST_BACKTRACE=0 "${packages[@]}"
+    "$work/integration" escape:: mounts:: packages:: --test-threads 2)
+echo "== escape, mounts and packages suites under landlock ($mode) as $user" >&2
 if [[ $mode == degraded ]]; then
     without_user_namespaces "${as_user[@]}"
 else

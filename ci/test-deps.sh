@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the third-party MCP pieces the integration tests talk to, into one directory:
 #   venv/  a Python venv with the official MCP Python SDK (`mcp`, 2.x) and `mcp-server-time`
+#   packages-venv/  a Python venv with numpy and pandas only: the interpreter of execution.site_packages tests
 #   npm/   @modelcontextprotocol/server-memory, @modelcontextprotocol/server-everything and
 #          @modelcontextprotocol/server-filesystem
 #
@@ -27,6 +28,8 @@
 #                               it may read and write)
 #   PTC_TEST_FASTMCP_PYTHON     a python with FastMCP (its own venv, fastmcp-venv/); runs
 #                               tests/servers/oauth_server.py, an OAuth-protected server
+#   PTC_TEST_PACKAGES_PYTHON    packages-venv's python (numpy and pandas installed; nothing else), the
+#                               execution.python of the execution.site_packages and preload tests
 set -euo pipefail
 
 # Pins, all verified together (Python 3.11, Node 20). mcp-server-time 2026.x requires mcp>=2.3,<3,
@@ -41,6 +44,8 @@ SERVER_FILESYSTEM_VERSION=2026.8.31
 # FastMCP's in-memory OAuth provider guards the OAuth tests' server. Its own venv: its dependencies must not
 # move the pins above.
 FASTMCP_VERSION=4.2.3
+# numpy and pandas with their dependencies, all pinned (wheels for CPython 3.10-3.13 on Linux and macOS).
+PACKAGES_PINS="numpy==2.2.6 pandas==2.2.3 python-dateutil==2.9.0.post0 pytz==2025.2 tzdata==2025.2 six==1.17.0"
 
 log() { printf 'test-deps: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -112,6 +117,34 @@ else
     printf '%s' "$fastmcp_pin" >"$fastmcp_stamp"
 fi
 
+# --- Python: numpy and pandas, for programs that see a venv's packages (execution.site_packages) ----------
+# Made from the system's python3 where there is one (every user can run it, as ci/test-as-user.sh's user must;
+# a pyenv under /root is root's alone), else from $python. Its pip is $python's, run for the venv.
+packages_venv=$dir/packages-venv
+packages_stamp=$packages_venv/.ptc-test-deps
+packages_base=$python
+if /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    packages_base=/usr/bin/python3
+fi
+packages_wanted="$PACKAGES_PINS (from $packages_base)"
+
+if [[ -f $packages_stamp && $(<"$packages_stamp") == "$packages_wanted" ]] \
+    && "$packages_venv/bin/python" -c 'import numpy, pandas' 2>/dev/null; then
+    log "python: $packages_wanted already in $packages_venv"
+else
+    command -v "$python" >/dev/null 2>&1 || die "$python not found (set PYTHON=...)"
+    rm -rf "$packages_venv"
+    log "python: creating venv $packages_venv from $packages_base and installing $PACKAGES_PINS"
+    "$packages_base" -m venv --without-pip "$packages_venv" >&2
+    # Installed by the base interpreter's pip (22.3+ for --python): the venv holds the packages and nothing else.
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+        "$python" -m pip --python "$packages_venv/bin/python" install --quiet --only-binary=:all: $PACKAGES_PINS >&2
+    "$packages_venv/bin/python" -c 'import numpy, pandas' || die "the packages venv cannot import numpy and pandas"
+    # Readable by everyone: the sandbox's user (nobody under a root server, ci/test-as-user.sh's user) reads it.
+    chmod -R a+rX "$packages_venv"
+    printf '%s' "$packages_wanted" >"$packages_stamp"
+fi
+
 # --- npm: the reference servers ------------------------------------------------------------
 npm_dir=$dir/npm
 npm_pins="@modelcontextprotocol/server-memory@$SERVER_MEMORY_VERSION @modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION"
@@ -180,4 +213,5 @@ printf 'export %s=%q\n' \
     PTC_TEST_CONFORMANCE "$conformance_js" \
     PTC_TEST_CONFORMANCE_NODE "$conformance_node" \
     PTC_TEST_FILESYSTEM_SERVER "$filesystem_js" \
-    PTC_TEST_FASTMCP_PYTHON "$fastmcp_venv/bin/python"
+    PTC_TEST_FASTMCP_PYTHON "$fastmcp_venv/bin/python" \
+    PTC_TEST_PACKAGES_PYTHON "$packages_venv/bin/python"

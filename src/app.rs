@@ -107,5 +107,7 @@ pub fn backend_settings(config: &Config) -> Result<BackendSettings, StartError> 
         kubernetes: config.execution.kubernetes.clone(),
         limits: config.execution.limits.clone(),
         allow_degraded: config.execution.allow_degraded,
+        mounts: config.execution.backend_mounts(),
+        packages: config.execution.packages(),
     })
 }

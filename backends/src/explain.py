@@ -611,6 +611,7 @@ def data_notes(exc, code, filename, results):
 
 HOST_FILE_HINT = "(not visible here: programs see only their working directory; read host files through a tool)"
 MODULE_HINT = "(only the standard library is available here)"
+SITE_MODULE_HINT = "(only the standard library and the packages installed for the server's interpreter are available here)"
 
 
 def outside(path, workdir):

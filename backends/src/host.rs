@@ -14,15 +14,18 @@ use tokio::task::JoinHandle;
 
 use crate::lifecycle::{DeathWatch, ExitWatch, has_exited, signal_group};
 use crate::limits::MALLOC_ARENA_MAX;
+use crate::mounts::Mount;
 use crate::protocol::RUNNER_SOURCE;
 use crate::rlimits::MemoryBound;
 use crate::tail::StderrTail;
 use crate::watch::{LimitWatch, Watched};
 use crate::{ExitInfo, RunnerControl, RunnerProcess, SpawnError, SpawnRequest, python, rlimits};
 
-/// Interpreter arguments that start the embedded runner.
-pub(crate) fn runner_args() -> Vec<String> {
-    python::isolated_args(RUNNER_SOURCE)
+/// Interpreter arguments that start the embedded runner, with its options (`packages`) if any.
+pub(crate) fn runner_args(options: Option<String>) -> Vec<String> {
+    let mut args = python::isolated_args(RUNNER_SOURCE);
+    args.extend(options);
+    args
 }
 
 /// A command for a runner process: empty environment, piped stdio (the channel and diagnostics), its own
@@ -40,13 +43,15 @@ pub(crate) fn runner_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 }
 
 /// Starts `argv` (built for the run's scratch directory) as a runner: an empty environment except `HOME`
-/// and `TMPDIR` (the scratch directory, also its working directory), its own process group, the run's
-/// rlimits, and death with the server.
+/// and `TMPDIR` (the scratch directory, also its working directory, where `mounts` are linked), its own
+/// process group, the run's rlimits, and death with the server.
 pub(crate) async fn spawn_confined(
     request: &SpawnRequest,
+    mounts: &[Mount],
     argv: impl FnOnce(&Path) -> Vec<OsString>,
 ) -> Result<RunnerProcess, SpawnError> {
     let scratch = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
+    crate::mounts::link_into(scratch.path(), mounts).map_err(SpawnError::Scratch)?;
     let argv = argv(scratch.path());
     let Some((program, args)) = argv.split_first() else {
         let source = std::io::Error::other("an empty command line");
@@ -423,7 +428,7 @@ mod tests {
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: Duration::from_secs(10) };
         let script = "printf 'ready\\n'; printf 'first\\n' >&2; sleep 0.1; printf 'last words\\n' >&2; exit 3";
         let runner =
-            spawn_confined(&request, |_| ["/bin/sh", "-c", script].map(OsString::from).to_vec()).await.unwrap();
+            spawn_confined(&request, &[], |_| ["/bin/sh", "-c", script].map(OsString::from).to_vec()).await.unwrap();
         let probe = runner.finish_probe(Duration::from_secs(10)).await;
         assert!(probe.completed);
         assert_eq!(probe.stdout, "ready\n");
@@ -445,8 +450,9 @@ mod tests {
     #[tokio::test]
     async fn a_probe_that_hangs_is_killed_at_its_limit() {
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: Duration::from_secs(10) };
-        let runner =
-            spawn_confined(&request, |_| ["/bin/sh", "-c", "sleep 60"].map(OsString::from).to_vec()).await.unwrap();
+        let runner = spawn_confined(&request, &[], |_| ["/bin/sh", "-c", "sleep 60"].map(OsString::from).to_vec())
+            .await
+            .unwrap();
         let started = std::time::Instant::now();
         let probe = runner.finish_probe(Duration::from_millis(200)).await;
         assert!(!probe.completed);

@@ -14,7 +14,9 @@ mod kubernetes;
 mod landlock;
 pub mod lifecycle;
 mod limits;
+mod mounts;
 mod none;
+mod packages;
 pub mod protocol;
 mod python;
 mod rlimits;
@@ -38,7 +40,9 @@ pub use kind::SandboxKind;
 pub use kubernetes::{KubernetesSettings, KubernetesSettingsError};
 pub use landlock::LandlockBackend;
 pub use limits::Limits;
+pub use mounts::{BadName as BadMountName, MAX_NAME as MAX_MOUNT_NAME, Mount, check_name as check_mount_name};
 pub use none::NoneBackend;
+pub use packages::Packages;
 pub use python::{Python, PythonError, resolve_python};
 pub use seatbelt::{LayoutError as SeatbeltLayoutError, SeatbeltBackend, printable_profile as seatbelt_profile};
 
@@ -56,6 +60,15 @@ pub enum Availability {
 impl Availability {
     pub fn is_usable(&self) -> bool {
         !matches!(self, Availability::Unavailable { .. })
+    }
+
+    /// The same, with `more` after the detail of a usable one (what a backend shows beyond its own layers).
+    pub(crate) fn with_more_detail(self, more: &str) -> Availability {
+        match self {
+            Availability::Available { detail } => Availability::Available { detail: detail + more },
+            Availability::Degraded { detail, missing } => Availability::Degraded { detail: detail + more, missing },
+            unavailable => unavailable,
+        }
     }
 
     /// One line for logs and `server_status`.
@@ -198,18 +211,26 @@ pub struct BackendSettings {
     /// `execution.allow_degraded`: run programs in a sandbox that works here only with protection missing
     /// (landlock without user namespaces); otherwise such a sandbox reports itself unavailable.
     pub allow_degraded: bool,
+    /// `execution.mounts`: host folders programs see in their working directory.
+    pub mounts: Vec<Mount>,
+    /// `execution.site_packages` and `execution.preload`.
+    pub packages: Packages,
+}
+
+/// What a probe's detail adds for what runs see beyond the standard library and scratch: the mounts, the
+/// package directories shown (`site`) and the preloads; nothing when none is configured.
+pub(crate) fn shown_detail(mounts: &[Mount], packages: &Packages, site: &[PathBuf]) -> String {
+    format!("{}{}", mounts::describe(mounts), packages.describe(site))
 }
 
 /// Builds the backend for a configured kind. `auto` resolves to the OS's real sandbox, never to `none`.
 pub fn select(kind: SandboxKind, settings: &BackendSettings) -> Arc<dyn SandboxBackend> {
     lifecycle::use_reaper(settings.helper.clone());
     match kind.resolve_auto() {
-        SandboxKind::None => Arc::new(NoneBackend::new(settings.python.clone())),
-        SandboxKind::Landlock => {
-            Arc::new(LandlockBackend::new(settings.python.clone(), settings.helper.clone(), settings.allow_degraded))
-        }
-        SandboxKind::Seatbelt => Arc::new(SeatbeltBackend::new(settings.python.clone())),
-        SandboxKind::Docker => Arc::new(DockerBackend::new(settings.docker.clone())),
+        SandboxKind::None => Arc::new(NoneBackend::new(settings)),
+        SandboxKind::Landlock => Arc::new(LandlockBackend::new(settings)),
+        SandboxKind::Seatbelt => Arc::new(SeatbeltBackend::new(settings)),
+        SandboxKind::Docker => Arc::new(DockerBackend::new(settings)),
         #[cfg(feature = "kubernetes")]
         SandboxKind::Kubernetes => {
             Arc::new(kubernetes::KubernetesBackend::new(settings.kubernetes.clone(), settings.limits.clone()))

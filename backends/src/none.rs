@@ -1,19 +1,54 @@
 //! The `none` backend: the same runner in a plain child process with an empty environment, rlimits and a
 //! process-group kill, but no OS isolation. An explicit opt-in for machines without a real sandbox.
+//! `execution.mounts` are symlinks in the working directory (nothing stops a program from following them
+//! anywhere, or from going anywhere else).
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::host::{RunGroup, runner_args, spawn_confined};
 use crate::python::ResolvedPython;
-use crate::{Availability, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
+use crate::{
+    Availability, BackendSettings, Mount, Packages, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError,
+    SpawnRequest,
+};
+
+/// How long the check of `execution.preload` (one interpreter importing them) may take.
+const PACKAGES_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct NoneBackend {
     python: ResolvedPython,
+    mounts: Vec<Mount>,
+    packages: Packages,
 }
 
 impl NoneBackend {
-    pub fn new(configured_python: String) -> Self {
-        NoneBackend { python: ResolvedPython::new(configured_python) }
+    pub fn new(settings: &BackendSettings) -> Self {
+        NoneBackend {
+            python: ResolvedPython::new(settings.python.clone()),
+            mounts: settings.mounts.clone(),
+            packages: settings.packages.clone(),
+        }
+    }
+
+    /// Runs the packages step alone, when one is asked: a preload that fails makes the backend unavailable
+    /// with its reason.
+    async fn check_packages(&self, python: &Python) -> Result<(), String> {
+        if self.packages.is_empty() {
+            return Ok(());
+        }
+        let args = self.packages.probe_args(&python.installed, "")?;
+        let request = SpawnRequest { limits: crate::Limits::default(), timeout: PACKAGES_PROBE_TIMEOUT };
+        let mut argv = vec![python.executable.clone().into_os_string()];
+        argv.extend(args.into_iter().map(Into::into));
+        let probe = spawn_confined(&request, &[], |_| argv).await.map_err(|e| e.to_string())?;
+        let probe = probe.finish_probe(PACKAGES_PROBE_TIMEOUT).await;
+        match crate::packages::probe_failure(&probe.stderr) {
+            Some(failure) => Err(failure),
+            None if probe.completed && probe.exit == crate::ExitInfo::Code(0) => Ok(()),
+            None => Err(format!("the check of execution.preload failed ({}): {}", probe.exit, probe.stderr.trim())),
+        }
     }
 }
 
@@ -24,25 +59,34 @@ impl SandboxBackend for NoneBackend {
     }
 
     async fn probe(&self) -> Availability {
-        match self.python.get().await {
-            Ok(python) => Availability::Available {
-                detail: format!(
-                    "NO OS ISOLATION (programs can read and write your files and use the network); empty \
-                     environment, rlimits and process-group kill only; {}; python {} at {}",
-                    RunGroup::describe(),
-                    python.version,
-                    python.executable.display()
-                ),
-            },
-            Err(e) => Availability::Unavailable { reason: e.to_string() },
+        let python = match self.python.get().await {
+            Ok(python) => python,
+            Err(e) => return Availability::Unavailable { reason: e.to_string() },
+        };
+        if let Err(reason) = self.check_packages(python).await {
+            return Availability::Unavailable { reason };
         }
+        Availability::Available {
+            detail: format!(
+                "NO OS ISOLATION (programs can read and write your files and use the network); empty \
+                 environment, rlimits and process-group kill only; {}; python {} at {}",
+                RunGroup::describe(),
+                python.version,
+                python.executable.display()
+            ),
+        }
+        .with_more_detail(&crate::shown_detail(&self.mounts, &self.packages, &python.installed))
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let python = self.python.for_spawn(SandboxKind::None).await?;
+        let options = self
+            .packages
+            .runner_argument(&python.installed, &self.mounts)
+            .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::None, reason })?;
         let mut argv = vec![python.executable.clone().into_os_string()];
-        argv.extend(runner_args().into_iter().map(Into::into));
-        spawn_confined(request, |_| argv).await
+        argv.extend(runner_args(options).into_iter().map(Into::into));
+        spawn_confined(request, &self.mounts, |_| argv).await
     }
 
     async fn shutdown(&self) {

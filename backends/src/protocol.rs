@@ -14,10 +14,18 @@ pub const PROTOCOL_VERSION: u32 = 3;
 /// channel can only be forged.
 pub const MAX_PROGRESS_MESSAGE: usize = 1024;
 
-/// The runner, run as `python -I -S -c RUNNER_SOURCE`: the call checks (`checks.py`, also importable alone
-/// by its tests and the benchmark), what errors add for the model (`explain.py`), then the runner itself.
-pub const RUNNER_SOURCE: &str =
-    concat!(include_str!("checks.py"), "\n", include_str!("explain.py"), "\n", include_str!("runner.py"));
+/// The runner, run as `python -I -S -c RUNNER_SOURCE [OPTIONS]`: installed packages and preloaded modules
+/// (`packages.py`, run alone by the sandbox probes), the call checks (`checks.py`, also importable alone by
+/// its tests and the benchmark), what errors add for the model (`explain.py`), then the runner itself.
+pub const RUNNER_SOURCE: &str = concat!(
+    include_str!("packages.py"),
+    "\n",
+    include_str!("checks.py"),
+    "\n",
+    include_str!("explain.py"),
+    "\n",
+    include_str!("runner.py")
+);
 
 /// A message from the runner.
 #[derive(Debug, Deserialize, PartialEq)]

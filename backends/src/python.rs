@@ -12,12 +12,25 @@ use crate::{SandboxKind, SpawnError};
 pub(crate) const MIN_VERSION: &str = "3.9";
 const MIN_VERSION_PARTS: (u32, u32) = (3, 9);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
-/// Printed by the probed interpreter: where it and its files live, as one JSON object.
-const PROBE_SCRIPT: &str = "import json, sys, sysconfig; print(json.dumps({'executable': sys.executable, \
-'version': '%d.%d' % sys.version_info[:2], 'base_prefix': sys.base_prefix, \
-'stdlib': [sysconfig.get_path(n) for n in ('stdlib', 'platstdlib')], \
-'site_packages': [sysconfig.get_path(n) for n in ('purelib', 'platlib')], \
-'multiarch': getattr(sys.implementation, '_multiarch', '')}))";
+/// Printed by the probed interpreter: where it and its files live, as one JSON object. `installed` are the
+/// package directories `site` would put on its path (a virtualenv's, found by its `pyvenv.cfg` as `site` finds
+/// it: `-S` leaves `sys.prefix` at the base interpreter's), `site_packages` every package directory of the
+/// interpreter and its base, to hide.
+const PROBE_SCRIPT: &str = r#"import json, os, site, sys, sysconfig
+bin_dir = os.path.dirname(os.path.abspath(sys.executable))
+prefix = os.path.dirname(bin_dir)
+cfg = [p for p in (os.path.join(bin_dir, "pyvenv.cfg"), os.path.join(prefix, "pyvenv.cfg")) if os.path.isfile(p)]
+base = site.getsitepackages()
+installed = base
+if cfg:
+    keys = dict((k.strip().lower(), v.strip().lower()) for k, _, v in (l.partition("=") for l in open(cfg[0])))
+    sys.prefix = sys.exec_prefix = prefix  # as site.venv() sets them; Debian's site then names site-packages
+    installed = site.getsitepackages([prefix]) + (base if keys.get("include-system-site-packages") == "true" else [])
+installed = [d for d in installed if os.path.isdir(d)]
+print(json.dumps({"executable": sys.executable, "version": "%d.%d" % sys.version_info[:2],
+    "base_prefix": sys.base_prefix, "stdlib": [sysconfig.get_path(n) for n in ("stdlib", "platstdlib")],
+    "site_packages": [sysconfig.get_path(n) for n in ("purelib", "platlib")] + base + installed,
+    "installed": installed, "multiarch": getattr(sys.implementation, "_multiarch", "")}))"#;
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum PythonError {
@@ -38,10 +51,29 @@ pub struct Python {
     pub base_prefix: PathBuf,
     /// The standard library directories (pure and platform-specific; often the same).
     pub stdlib: Vec<PathBuf>,
-    /// Where installed packages live; sandboxes hide these (programs get the standard library only).
+    /// Where installed packages live, the base interpreter's too; sandboxes hide these (programs get the
+    /// standard library only), except `installed` with `execution.site_packages`.
     pub site_packages: Vec<PathBuf>,
+    /// The package directories this interpreter itself puts on its path (a virtualenv's own): what
+    /// `execution.site_packages` shows programs, read-only.
+    #[serde(default)]
+    pub installed: Vec<PathBuf>,
     /// The multiarch triplet (e.g. `x86_64-linux-gnu`) naming the system library directory, if any.
     pub multiarch: String,
+}
+
+impl Python {
+    /// The package directories a sandbox shows programs (none without `site_packages`), and those it hides.
+    pub fn package_dirs(&self, site_packages: bool) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let shown: Vec<PathBuf> = if site_packages { self.installed.clone() } else { Vec::new() };
+        let mut hidden: Vec<PathBuf> = Vec::new();
+        for dir in &self.site_packages {
+            if !shown.contains(dir) && !hidden.contains(dir) {
+                hidden.push(dir.clone());
+            }
+        }
+        (shown, hidden)
+    }
 }
 
 /// Interpreter arguments that run `source` the way ptc-mcp runs every interpreter: isolated mode (no
@@ -96,6 +128,12 @@ pub async fn resolve_python(configured: &str) -> Result<Python, PythonError> {
     check_version(configured, &python.version)?;
     python.executable = std::fs::canonicalize(&python.executable)
         .map_err(|e| broken(format!("{}: {e}", python.executable.display())))?;
+    // Sandboxes bind and name real paths (one gone since the probe stays as it was: nothing to show).
+    for dir in &mut python.installed {
+        if let Ok(real) = std::fs::canonicalize(&*dir) {
+            *dir = real;
+        }
+    }
     Ok(python)
 }
 

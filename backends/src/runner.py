@@ -1,7 +1,8 @@
 """ptc-mcp runner, part 3: runs ONE model-written Python program and talks to the server (protocol v3, PROTOCOL.md).
 
-checks.py and explain.py precede this source (backends/src/protocol.rs joins them): `Toolbox`, `ToolSpec` and
-`precheck` come from the first, `Results` and `explain` from the second.
+packages.py, checks.py and explain.py precede this source (backends/src/protocol.rs joins them):
+`prepare_packages` comes from the first, `Toolbox`, `ToolSpec` and `precheck` from the second, `Results` and
+`explain` from the third.
 
 Started as `python3 -I -S -c <this source>` (no __file__, no site-packages) in a scratch dir, possibly before
 its program is known, so everything is imported up front and the runner waits warm for its `run` message.
@@ -590,8 +591,10 @@ def make_show(channel, book):
     return show
 
 
-def make_attach(channel, workdir, limit):
+def make_attach(channel, workdir, mounts, limit):
     mime_types = []  # mimetypes' own table, made on first use
+    # Where each mount leads, found before the program runs (it may replace the links).
+    mounts = [(os.path.realpath(os.path.join(workdir, mount)), mount) for mount in mounts]
 
     def attach(path, mime_type=None):
         """Return a file of the working directory to the client with this run's result, as an embedded
@@ -601,7 +604,7 @@ def make_attach(channel, workdir, limit):
         if mime_type is not None and (type(mime_type) is not str or not MIME_TYPE.fullmatch(mime_type)):
             raise ValueError("attach(): mime_type must look like 'text/csv' (letters, digits and !#$&^_.+- on "
                              f"each side of the '/', at most 64 each); got {short_repr(mime_type)}")
-        name, fd, size = attachment_file(path, workdir)
+        name, fd, size = attachment_file(path, workdir, mounts)
         try:
             data, size = read_at_most(fd, limit, size)
         finally:
@@ -617,19 +620,23 @@ def make_attach(channel, workdir, limit):
     return attach
 
 
-def attachment_file(path, workdir):
+def attachment_file(path, workdir, mounts=()):
     """(name, fd, size) of the file attach(path) means: `path` is taken as open() takes it and must lead, all
-    symlinks followed, to a regular file inside the working directory; `name` is where, relative to it. The
-    file is opened without blocking (a FIFO must not hang the run)."""
+    symlinks followed, to a regular file inside the working directory or a mount's folder (`mounts`: (real
+    path, name) pairs; a mount is a symlink out under none and seatbelt); `name` is where, relative to the
+    working directory. The file is opened without blocking (a FIFO must not hang the run)."""
     given = os.fspath(path)
     if type(given) is not str:
         raise TypeError(f"attach(): path must be a str or a path, got {type(path).__name__}")
     root = os.path.realpath(workdir)
     real = os.path.realpath(given)
-    if os.path.commonpath([root, real]) != root:
+    roots = [*mounts, (root, "")]
+    inside = [(top, prefix) for top, prefix in roots if os.path.commonpath([top, real]) == top]
+    if not inside:
         raise ValueError(f"attach(): {given!r} is outside the working directory ({root}): only its files (symlinks "
                          "followed) can be attached")
-    name = os.path.relpath(real, root)
+    top, prefix = inside[0]
+    name = os.path.normpath(os.path.join(prefix, os.path.relpath(real, top)))
     if len(name.encode("utf-8", "surrogateescape")) > MAX_ATTACH_NAME:
         raise ValueError(f"attach(): the path is longer than {MAX_ATTACH_NAME} bytes")
     kind = os.stat(real).st_mode  # FileNotFoundError and the like say themselves what is wrong
@@ -963,7 +970,12 @@ def finish(channel, drain, streams, error):
 
 
 def main():
+    global MODULE_HINT
     workdir = os.getcwd()  # the program may change it: hints about host files use the one it started in
+    options = runner_options()
+    site_shown, preload_failed = prepare_packages(options)  # before the channel exists: what imports print stays off it
+    if site_shown:
+        MODULE_HINT = SITE_MODULE_HINT
     channel, drain, streams = take_over_fds()
     # Both threads start before `ready`, so a run never waits for one to be scheduled.
     threading.Thread(target=drain.run, name="ptc-output", daemon=True).start()
@@ -975,10 +987,13 @@ def main():
         channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
                      last=True)
         os._exit(0)
-    error, tree = checked(run)
+    if preload_failed:
+        error = {"kind": "PreloadError", "message": preload_failed + "\n"}
+    else:
+        error, tree = checked(run)
     if error is None:
         book = CallBook()
-        attach = make_attach(channel, workdir, run.attach_limit)
+        attach = make_attach(channel, workdir, options.get("mounts", ()), run.attach_limit)
         namespace = make_globals(channel, run.toolbox, book, run.limit, attach, run.progress)
         error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book, run.code, workdir))
     finish(channel, drain, streams, error)

@@ -3,7 +3,7 @@ import pathlib
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
 # backends/src/protocol.rs joins the two files the same way.
-RUNNER_SOURCE = "\n".join((SRC / name).read_text("utf-8") for name in ("checks.py", "explain.py", "runner.py"))
+RUNNER_SOURCE = "\n".join((SRC / name).read_text("utf-8") for name in ("packages.py", "checks.py", "explain.py", "runner.py"))
 
 
 def open_tool(name):

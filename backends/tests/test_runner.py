@@ -3,6 +3,7 @@
 Run with: python3 -m unittest discover -s backends/tests -v
 """
 import json
+import os
 import pathlib
 import queue
 import subprocess
@@ -21,10 +22,15 @@ MESSAGE_TYPES = {"ready", "output", "call", "helper", "show", "attach", "emit", 
 class Runner:
     """One runner process, started exactly as a backend does, with line-level access to its channel."""
 
-    def __init__(self):
+    def __init__(self, options=None, setup=None):
+        """`options`: the runner's options argument (execution.site_packages and preload), as a dict; `setup`
+        is called with the working directory before the runner starts."""
         self.tmp = tempfile.TemporaryDirectory()
+        if setup is not None:
+            setup(self.tmp.name)
+        extra = [] if options is None else [json.dumps(options)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", RUNNER_SOURCE],
+            [sys.executable, "-I", "-S", "-c", RUNNER_SOURCE, *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={}, cwd=self.tmp.name,
         )
@@ -82,8 +88,8 @@ def without_carets(text):
 
 
 class RunnerTest(unittest.TestCase):
-    def start(self):
-        runner = Runner()
+    def start(self, options=None, setup=None):
+        runner = Runner(options, setup)
         self.addCleanup(runner.close)
         self.assertEqual(runner.recv(), {"type": "ready", "version": 3})
         return runner
@@ -1304,6 +1310,70 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(message["type"], "done")
         self.assertEqual(message["error"]["kind"], "ProtocolError")
         self.assertIsNone(runner.recv())
+
+    # --- execution.site_packages and execution.preload (packages.py) ----------------------------------------
+
+    def package_dir(self, modules):
+        """A package directory holding these modules (name -> source)."""
+        directory = tempfile.TemporaryDirectory()
+        self.addCleanup(directory.cleanup)
+        for name, source in modules.items():
+            with open(os.path.join(directory.name, name + ".py"), "w") as f:
+                f.write(source)
+        return directory.name
+
+    def test_preloaded_modules_are_imported_before_ready_and_what_they_print_never_reaches_the_channel(self):
+        site = self.package_dir({"ptcpkg": "print('imported at start-up' * 500)\nloads = 1\n"})
+        runner = self.start({"site": [site], "preload": ["ptcpkg", "json"]})
+        messages = self.run_program("""
+            import sys
+            print("preloaded" if "ptcpkg" in sys.modules else "not preloaded", sys.argv)
+            import ptcpkg
+            print(ptcpkg.loads, sys.path[-1] == SITE)
+        """.replace("SITE", repr(site)), runner=runner)
+        self.assert_success(messages)
+        self.assertEqual(self.output(messages), f"preloaded ['-c']\n1 True\n")
+        self.assertIn(b"imported at start-up", b"".join(runner.stderr))
+
+    def test_a_preload_that_fails_fails_the_run_saying_which_and_why(self):
+        runner = self.start({"site": [], "preload": ["json", "ptc_no_such_module"]})
+        messages = self.run_program("print('never runs')", runner=runner)
+        self.assertEqual(self.output(messages), "")
+        self.assertEqual(messages[-1]["error"], {
+            "kind": "PreloadError",
+            "message": "execution.preload: module 'ptc_no_such_module' could not be imported here: "
+                       "ModuleNotFoundError: No module named 'ptc_no_such_module'\n",
+        })
+
+    def test_with_packages_shown_a_missing_module_says_so(self):
+        runner = self.start({"site": [self.package_dir({})], "preload": []})
+        error = self.error_of(self.run_program("import ptc_no_such_module", runner=runner))
+        self.assertIn("(only the standard library and the packages installed for the server's interpreter are "
+                      "available here)", error["message"])
+
+    def test_attach_takes_the_files_of_a_mount_that_is_a_symlink_out_and_no_other_symlink_out(self):
+        folder, elsewhere = self.package_dir({"rows": "a,b\n"}), self.package_dir({"rows": "c,d\n"})
+        def links(workdir):
+            os.symlink(folder, os.path.join(workdir, "data"))
+            os.symlink(elsewhere, os.path.join(workdir, "other"))
+        runner = self.start({"site": [], "preload": [], "mounts": ["data"]}, setup=links)
+        code = """
+            attach('data/rows.py')
+            try:
+                attach('other/rows.py')
+            except ValueError as e:
+                print('refused:', str(e)[:40])
+        """
+        messages = self.run_program(code, runner=runner, answer=lambda m: ok(m, {"attached": 1, "left_out": None}))
+        attached = [(m["name"], m["data"]) for m in self.of_type(messages, "attach")]
+        self.assertEqual(attached, [("data/rows.py", "YSxiCg==")])
+        self.assertEqual(self.output(messages), "refused: attach(): 'other/rows.py' is outside the\n")
+
+    def test_without_options_sys_argv_and_the_hint_are_as_always(self):
+        messages = self.run_program("import sys\nprint(sys.argv)\nimport ptc_no_such_module")
+        self.assertEqual(self.output(messages), "['-c']\n")
+        self.assertIn("(only the standard library is available here)", self.error_of(messages)["message"])
+
 
 
 if __name__ == "__main__":

@@ -17,7 +17,14 @@ pub async fn sandbox_profile(sandbox: &str, config: &Config) -> u8 {
         ));
         return CONFIG_ERROR;
     }
-    match ptc_backends::seatbelt_profile(&config.execution.python).await {
+    let settings = match crate::app::backend_settings(config) {
+        Ok(settings) => settings,
+        Err(e) => {
+            print_err(&format!("ptc-mcp: {e}\n"));
+            return FAILURE;
+        }
+    };
+    match ptc_backends::seatbelt_profile(&settings).await {
         Ok(profile) => {
             print_out(&profile);
             SUCCESS

@@ -8,6 +8,7 @@ use ptc_backends::{DockerSettingsError, KubernetesSettingsError};
 use super::auth::AuthConfigError;
 use super::expand::ExpandError;
 use super::logging::LoggingError;
+use super::mounts::MountError;
 use super::serve::HttpConfigError;
 
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +121,8 @@ pub enum InvalidConfig {
     Http(#[from] HttpConfigError),
     #[error(transparent)]
     Logging(#[from] LoggingError),
+    #[error(transparent)]
+    Mount(#[from] MountError),
 }
 
 /// A duration that is not above 0 and at most a day.

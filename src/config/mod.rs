@@ -6,6 +6,7 @@ mod budget;
 mod error;
 mod expand;
 mod logging;
+mod mounts;
 #[cfg(test)]
 mod properties;
 mod serve;
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
-pub use ptc_backends::{DockerSettings, KubernetesSettings, Limits, SandboxKind};
+pub use ptc_backends::{DockerSettings, KubernetesSettings, Limits, Mount, Packages, SandboxKind};
 use serde::Deserialize;
 
 use crate::naming::identifier_part;
@@ -23,6 +24,7 @@ pub use auth::{AuthConfig, AuthConfigError, ClientCredentials, OAuthClient, OAut
 pub use error::{BadSeconds, ConfigError, InvalidConfig};
 pub use expand::ExpandError;
 pub use logging::{LoggingConfig, LoggingError};
+pub use mounts::{MountConfig, MountError};
 pub use serve::{HttpConfig, HttpConfigError, Origin, Secret, ServeConfig};
 
 /// Environment variable naming the config file when `--config` is not given.
@@ -182,6 +184,12 @@ pub struct ExecutionConfig {
     pub task_ttl_seconds: f64,
     /// Tasks one client may have at once, running or finished and kept; 0: programs never run as tasks.
     pub max_tasks_per_client: usize,
+    /// Host folders programs see as `./NAME` in their working directory, read-only unless writable.
+    pub mounts: BTreeMap<String, MountConfig>,
+    /// Programs see the installed packages of `python` (read-only).
+    pub site_packages: bool,
+    /// Modules runners import before their program arrives.
+    pub preload: Vec<String>,
 }
 
 impl Default for ExecutionConfig {
@@ -207,6 +215,9 @@ impl Default for ExecutionConfig {
             task_timeout_seconds: 3600.0,
             task_ttl_seconds: 3600.0,
             max_tasks_per_client: 16,
+            mounts: BTreeMap::new(),
+            site_packages: false,
+            preload: Vec::new(),
         }
     }
 }
@@ -222,6 +233,19 @@ impl ExecutionConfig {
 
     pub fn task_ttl(&self) -> Duration {
         Duration::from_secs_f64(self.task_ttl_seconds)
+    }
+
+    /// `mounts` as the backends take them.
+    pub fn backend_mounts(&self) -> Vec<Mount> {
+        self.mounts
+            .iter()
+            .map(|(name, mount)| Mount { name: name.clone(), path: mount.path.clone(), writable: mount.writable })
+            .collect()
+    }
+
+    /// `site_packages` and `preload` as the backends take them.
+    pub fn packages(&self) -> Packages {
+        Packages { site_packages: self.site_packages, preload: self.preload.clone() }
     }
 }
 
@@ -309,6 +333,7 @@ impl Config {
 
     fn expand_variables(&mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), InvalidConfig> {
         self.serve.http.expand_token(lookup)?;
+        mounts::resolve_paths(&mut self.execution.mounts, lookup)?;
         for (i, server) in self.servers.iter_mut().enumerate() {
             let name = server.name.clone();
             let expand_one = |key: &str, text: &str| {
@@ -535,6 +560,7 @@ impl ExecutionConfig {
         if self.python.trim().is_empty() {
             return Err(InvalidConfig::NoPython);
         }
+        mounts::check_names(&self.mounts, &self.preload)?;
         self.docker.validate()?;
         Ok(self.kubernetes.validate()?)
     }

@@ -428,3 +428,53 @@ fn the_token_store_expands_variables_and_a_leading_tilde() {
     );
     assert!(Config::parse("oauth:\n  store: x\n", &lookup).unwrap_err().to_string().contains("unknown field `store`"));
 }
+
+#[test]
+fn mounts_become_canonical_folders_and_packages_keys_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("data"), dir.path().join("via-link")).unwrap();
+    let text = format!(
+        "execution:\n  mounts:\n    data: {{path: {0}/via-link}}\n    out: {{path: '{0}/./data', writable: true}}\n  \
+         site_packages: true\n  preload: [pandas, numpy.linalg, _private]\n",
+        dir.path().display()
+    );
+    let config = parse(&text).unwrap();
+    let real = std::fs::canonicalize(dir.path().join("data")).unwrap();
+    assert_eq!(
+        config.execution.backend_mounts(),
+        [
+            Mount { name: "data".into(), path: real.clone(), writable: false },
+            Mount { name: "out".into(), path: real, writable: true },
+        ]
+    );
+    assert_eq!(
+        config.execution.packages(),
+        Packages { site_packages: true, preload: vec!["pandas".into(), "numpy.linalg".into(), "_private".into()] }
+    );
+    let defaults = parse("").unwrap().execution;
+    assert!(defaults.mounts.is_empty() && defaults.packages().is_empty());
+}
+
+#[test]
+fn mount_and_preload_names_are_checked_with_the_key_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().display();
+    let cases = [
+        (format!("mounts: {{.hidden: {{path: {path}}}}}"), "execution.mounts.'.hidden' is not a plain name"),
+        (format!("mounts: {{'a/b': {{path: {path}}}}}"), "execution.mounts.'a/b' is not a plain name"),
+        (
+            format!("mounts: {{Data: {{path: {path}}}, data: {{path: {path}}}}}"),
+            "execution.mounts: 'Data' and 'data' differ only in case",
+        ),
+        ("mounts: {data: {writable: true}}".to_string(), "execution.mounts.data: missing field `path`"),
+        ("preload: ['os.path', '1x']".to_string(), "execution.preload[1]: '1x' is not a module name"),
+        ("preload: ['a..b']".to_string(), "execution.preload[0]: 'a..b' is not a module name"),
+        ("preload: [pandas; import os]".to_string(), "execution.preload[0]: 'pandas; import os' is not a module name"),
+        ("site_packages: yes".to_string(), "execution.site_packages: invalid type"),
+    ];
+    for (execution, expected) in cases {
+        let error = parse(&format!("execution:\n  {execution}\n")).unwrap_err();
+        assert!(error.contains(expected), "{execution}: {error}");
+    }
+}

@@ -45,6 +45,8 @@
 
 use crate::common::*;
 
+mod mounts;
+
 /// The `execution` keys of every test: attempts must finish well within this.
 const EXECUTION: &str = "  timeout_seconds: 20\n";
 

@@ -26,9 +26,14 @@ impl Rendered {
 
 /// `ptc-mcp sandbox-profile seatbelt` with `execution.python` set to `python`.
 fn render(python: &Path) -> Rendered {
+    render_with(python, "")
+}
+
+/// [`render`] with more `execution` keys.
+fn render_with(python: &Path, execution: &str) -> Rendered {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
-    std::fs::write(&config, format!("execution:\n  python: {}\n", python.display())).unwrap();
+    std::fs::write(&config, format!("execution:\n  python: {}\n{execution}", python.display())).unwrap();
     let output = std::process::Command::new(binary())
         .args(["sandbox-profile", "seatbelt", "--config"])
         .arg(&config)
@@ -92,7 +97,10 @@ fn which_tinyscheme() -> Result<(), String> {
 
 /// Renders and checks; `None` when TinyScheme is missing (skipped).
 fn render_and_check(python: &Path) -> Option<Rendered> {
-    let rendered = render(python);
+    check(render(python))
+}
+
+fn check(rendered: Rendered) -> Option<Rendered> {
     let verdict = scheme_check(&rendered.text, &rendered.params)?;
     assert!(verdict.starts_with("sbpl-check: ok"), "{verdict}\n{}", rendered.text);
     assert!(!has_marker(&rendered.text), "a marker is left:\n{}", rendered.text);
@@ -145,6 +153,7 @@ impl Fake {
         let probe = serde_json::json!({
             "executable": executable, "version": version, "base_prefix": prefix,
             "stdlib": [stdlib, stdlib], "site_packages": [stdlib.join("site-packages"), stdlib.join("site-packages")],
+            "installed": [stdlib.join("site-packages")],
             "multiarch": "darwin",
         });
         let hex: Vec<String> = libraries
@@ -294,4 +303,28 @@ async fn the_check_rejects_a_broken_comment_an_unknown_rule_and_a_missing_parame
         return;
     };
     assert_eq!(verdict, "sbpl-check: 1 problem(s)");
+}
+
+/// With `execution.mounts` and `execution.site_packages`: each folder and the interpreter's package
+/// directories are parameters with rules of their own, and the profile still evaluates.
+#[apply(integration_test!)]
+async fn mounts_and_shown_packages_are_parameters_and_the_profile_evaluates_in_tinyscheme() {
+    let (data, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let fake = Fake::new();
+    let prefix = "Users/me/.pyenv/versions/3.12.7";
+    fake.interpreter(&format!("{prefix}/bin/python3.12"), &format!("{prefix}/bin/python3.12"), prefix, "3.12", &[]);
+    fake.dir(&format!("{prefix}/lib/python3.12/site-packages"));
+    let execution = format!(
+        "  site_packages: true\n  mounts:\n    data: {{path: {}}}\n    out: {{path: {}, writable: true}}\n",
+        data.path().display(),
+        out.path().display()
+    );
+    let rendered = render_with(&fake.path(&format!("{prefix}/bin/python3.12")), &execution);
+    let Some(rendered) = check(rendered) else { return };
+    let real = |dir: &tempfile::TempDir| std::fs::canonicalize(dir.path()).unwrap().display().to_string();
+    assert_eq!(rendered.values("MOUNT_RO_"), [real(&data)]);
+    assert_eq!(rendered.values("MOUNT_RW_"), [real(&out)]);
+    let site_packages = fake.path(&format!("{prefix}/lib/python3.12/site-packages")).display().to_string();
+    assert_eq!(rendered.values("PACKAGES_"), [site_packages.as_str()]);
+    assert!(rendered.values("HIDDEN_").is_empty(), "shown, so not hidden");
 }

@@ -9,6 +9,7 @@ pub mod runtime;
 pub mod spec;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -33,8 +34,8 @@ use spec::{LABEL, TaskBound, container_body, runner_command};
 use crate::python;
 use crate::tail::StderrTail;
 use crate::{
-    Availability, ExitInfo, Limits, RunnerControl, RunnerProcess, SandboxBackend, SandboxKind, SpawnError,
-    SpawnRequest, rlimits,
+    Availability, BackendSettings, ExitInfo, Limits, Mount, Packages, RunnerControl, RunnerProcess, SandboxBackend,
+    SandboxKind, SpawnError, SpawnRequest, rlimits,
 };
 
 /// How long the engine may take to agree on the API version when first connected.
@@ -46,13 +47,19 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Stale containers (never started, or not removed by the engine) older than this are removed at start-up.
 const STALE_AFTER: Duration = Duration::from_secs(120);
-/// Printed by the probe: the interpreter the image has, after the confinement prologue ran (also by the
-/// `kubernetes` backend's probe).
-pub(crate) const PROBE_SCRIPT: &str = "import json, os, sys\nprint(json.dumps({'executable': sys.executable, \
-'version': '%d.%d.%d' % sys.version_info[:3], 'machine': os.uname().machine}))";
+/// Printed by the probe: the interpreter the image has, after the confinement prologue ran, and its package
+/// directories (what `execution.site_packages` shows); also by the `kubernetes` backend's probe.
+pub(crate) const PROBE_SCRIPT: &str = "import json, os, site, sys\nprint(json.dumps({'executable': sys.executable, \
+'version': '%d.%d.%d' % sys.version_info[:3], 'machine': os.uname().machine, \
+'installed': [d for d in site.getsitepackages() if os.path.isdir(d)]}))";
+/// Printed by the check of `execution.preload`, once the packages step passed.
+const PACKAGES_PROBE_OUTPUT: &str = "ptc-packages-ready";
 
 pub struct DockerBackend {
     settings: DockerSettings,
+    /// `execution.mounts`, bound in each container's scratch.
+    mounts: Vec<Mount>,
+    packages: Packages,
     /// Labels this server's containers (`ptc-mcp.server=<instance>`), for the clean-up at shutdown.
     instance: String,
     /// Connected once; a failure is not kept, so an engine started later is found by the next probe.
@@ -79,17 +86,22 @@ pub(crate) struct ImagePython {
     pub executable: String,
     pub version: String,
     pub machine: String,
+    /// The image's package directories.
+    #[serde(default)]
+    pub installed: Vec<PathBuf>,
     /// Whether runs mask /etc (the interpreter starts without it).
     #[serde(default)]
     hide_etc: bool,
 }
 
 impl DockerBackend {
-    pub fn new(settings: DockerSettings) -> Self {
+    pub fn new(settings: &BackendSettings) -> Self {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let instance = format!("{}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff);
         DockerBackend {
-            settings,
+            settings: settings.docker.clone(),
+            mounts: settings.mounts.clone(),
+            packages: settings.packages.clone(),
             instance,
             docker: OnceCell::new(),
             prepared: OnceCell::new(),
@@ -137,12 +149,49 @@ impl DockerBackend {
             .map_err(|unknown| DockerError::UnknownRuntime { engine: self.engine_name(), unknown })
     }
 
-    /// The runtime, then the image's `python3` (the probe's container needs that runtime).
+    /// The runtime, then the image's `python3` (the probe's container needs that runtime), then the packages
+    /// step if one is asked. Mounts need a local engine: a bind names a path on the engine's machine.
     async fn prepare(&self) -> Result<Prepared, DockerError> {
+        let engine = self.engine_name();
+        if !self.mounts.is_empty() && !engine.starts_with("unix://") {
+            return Err(DockerError::RemoteMounts { engine });
+        }
         let docker = self.docker().await?;
         let runtime = self.runtime(docker).await?;
         let python = self.find_python(docker, runtime.task_bound()).await?;
+        if !self.packages.is_empty() {
+            self.check_packages(docker, &python, runtime.task_bound()).await?;
+        }
         Ok(Prepared { runtime, python })
+    }
+
+    /// Runs the packages step alone in a container built like a run's: a preload that fails makes the backend
+    /// unavailable with its reason.
+    async fn check_packages(&self, docker: &Docker, python: &ImagePython, tasks: TaskBound) -> Result<(), DockerError> {
+        let image = &self.settings.image;
+        let failed = |output: String| DockerError::Packages { image: image.clone(), output };
+        let args = self
+            .packages
+            .probe_args(&python.installed, &format!("print('{PACKAGES_PROBE_OUTPUT}')"))
+            .map_err(failed)?;
+        let limits = Limits::default();
+        let nproc = tasks.nproc(&self.settings, &limits);
+        // The probe's arguments are the interpreter's: the prologue goes before its source.
+        let [_, _, _, source, options @ ..] = args.as_slice() else {
+            return Err(failed("the check of execution.preload has no source".into()));
+        };
+        let mut command =
+            spec::confined_command(&python.executable, &limits, rlimits::cpu_seconds(PROBE_TIMEOUT), nproc, source);
+        command.extend(options.iter().cloned());
+        let runner = self.start(docker, &limits, command, python.hide_etc, tasks).await.map_err(DockerError::Start)?;
+        let probe = runner.finish_probe(PROBE_TIMEOUT).await;
+        match crate::packages::probe_failure(&probe.stderr) {
+            Some(failure) => Err(failed(failure)),
+            None if probe.completed && probe.stdout.trim() == PACKAGES_PROBE_OUTPUT => Ok(()),
+            None => {
+                Err(failed(format!("the check of execution.preload failed ({}): {}", probe.exit, probe.stderr.trim())))
+            }
+        }
     }
 
     /// Finds the image's `python3` by running the probe script in a container built like a run's.
@@ -212,7 +261,7 @@ impl DockerBackend {
         hide_etc: bool,
         tasks: TaskBound,
     ) -> Result<RunnerProcess, StartError> {
-        let body = container_body(&self.settings, limits, command, &self.instance, hide_etc, tasks);
+        let body = container_body(&self.settings, limits, command, &self.instance, hide_etc, tasks, &self.mounts);
         let task = {
             let closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
             if *closing {
@@ -305,6 +354,14 @@ enum DockerError {
     ProbeFailed { image: String, exit: ExitInfo, output: String },
     #[error("python3 in image '{image}' is {version}, but the runner needs {} or later", python::MIN_VERSION)]
     TooOld { image: String, version: String },
+    #[error("in image '{image}': {output}")]
+    Packages { image: String, output: String },
+    #[error(
+        "execution.mounts need the Docker engine on this machine (execution.docker.host or DOCKER_HOST a unix:// \
+         socket): a bind names a folder of the engine's machine, and {engine} may be another one; remove the \
+         mounts, or use a local engine"
+    )]
+    RemoteMounts { engine: String },
     /// The probe's container did not start.
     #[error(transparent)]
     Start(StartError),
@@ -363,6 +420,7 @@ impl SandboxBackend for DockerBackend {
             self.settings.pids(&limits),
             self.settings.cpus,
         );
+        let detail = detail + &crate::shown_detail(&self.mounts, &self.packages, &python.installed);
         if python.hide_etc {
             Availability::Available { detail }
         } else {
@@ -381,7 +439,12 @@ impl SandboxBackend for DockerBackend {
         let Prepared { runtime, python } = self.prepared().await.map_err(Self::unavailable)?;
         let docker = self.docker().await.map_err(Self::unavailable)?;
         let tasks = runtime.task_bound();
-        let command = runner_command(&python.executable, request, tasks.nproc(&self.settings, &request.limits));
+        let options = self
+            .packages
+            .runner_argument(&python.installed, &self.mounts)
+            .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::Docker, reason })?;
+        let command =
+            runner_command(&python.executable, request, tasks.nproc(&self.settings, &request.limits), options);
         self.start(docker, &request.limits, command, python.hide_etc, tasks).await.map_err(|e| SpawnError::Start {
             program: format!("a container of {}", self.settings.image),
             source: std::io::Error::other(e),
@@ -577,12 +640,21 @@ mod tests {
                                   engine (unix:///path/docker.sock, tcp://host:2375, https://host:2376 with \
                                   DOCKER_CERT_PATH)";
 
+    /// The settings of a docker backend on the engine at `host`, with `mounts`.
+    fn settings(host: &str, mounts: Vec<Mount>) -> BackendSettings {
+        BackendSettings {
+            python: "python3".into(),
+            helper: PathBuf::new(),
+            docker: DockerSettings { host: Some(host.into()), ..Default::default() },
+            allow_degraded: false,
+            mounts,
+            packages: Packages::default(),
+        }
+    }
+
     #[tokio::test]
     async fn an_engine_that_cannot_be_reached_makes_the_backend_unavailable_saying_how_to_fix_it() {
-        let backend = DockerBackend::new(DockerSettings {
-            host: Some("unix:///nonexistent/docker.sock".into()),
-            ..Default::default()
-        });
+        let backend = DockerBackend::new(&settings("unix:///nonexistent/docker.sock", vec![]));
         let reason = format!(
             "cannot reach the Docker engine at unix:///nonexistent/docker.sock: Socket not found: \
              /nonexistent/docker.sock; {FIX_THE_ENGINE}"
@@ -593,6 +665,18 @@ mod tests {
             Some(SpawnError::Unavailable { kind: SandboxKind::Docker, reason: said }) => assert_eq!(said, reason),
             other => panic!("expected the docker backend to be unavailable, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn mounts_on_an_engine_elsewhere_are_refused_before_it_is_asked_anything() {
+        let settings = settings(
+            "tcp://192.0.2.1:2375",
+            vec![Mount { name: "data".into(), path: "/data".into(), writable: false }],
+        );
+        let reason = "execution.mounts need the Docker engine on this machine (execution.docker.host or DOCKER_HOST \
+                      a unix:// socket): a bind names a folder of the engine's machine, and tcp://192.0.2.1:2375 may \
+                      be another one; remove the mounts, or use a local engine";
+        assert_eq!(DockerBackend::new(&settings).probe().await, Availability::Unavailable { reason: reason.into() });
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::protocol::RUNNER_SOURCE;
 use crate::rlimits::{self, MemoryBound};
-use crate::{Limits, SpawnRequest};
+use crate::{Limits, Mount, SpawnRequest};
 
 /// `execution.docker`: where the engine is, which image runs programs, and the container's limits.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -216,9 +216,40 @@ pub fn confined_command(
     command
 }
 
-/// The interpreter command line of one run's runner.
-pub fn runner_command(python: &str, request: &SpawnRequest, nproc: Option<u64>) -> Vec<String> {
-    confined_command(python, &request.limits, rlimits::cpu_seconds(request.timeout), nproc, RUNNER_SOURCE)
+/// The interpreter command line of one run's runner, with its options (`packages`) if any.
+pub fn runner_command(
+    python: &str,
+    request: &SpawnRequest,
+    nproc: Option<u64>,
+    options: Option<String>,
+) -> Vec<String> {
+    let mut command =
+        confined_command(python, &request.limits, rlimits::cpu_seconds(request.timeout), nproc, RUNNER_SOURCE);
+    command.extend(options);
+    command
+}
+
+/// `execution.mounts` as binds at `/scratch/NAME`: of the folder alone (not recursively: file systems mounted
+/// inside it stay out), read-only unless writable, never propagating. The paths are the engine's machine's:
+/// the backend refuses mounts on an engine that is not local.
+fn binds(mounts: &[Mount]) -> Vec<bollard::models::Mount> {
+    use bollard::models::{MountBindOptions, MountBindOptionsPropagationEnum, MountType};
+    mounts
+        .iter()
+        .map(|mount| bollard::models::Mount {
+            target: Some(format!("{SCRATCH}/{}", mount.name)),
+            source: Some(mount.path.to_string_lossy().into_owned()),
+            typ: Some(MountType::BIND),
+            read_only: Some(!mount.writable),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                non_recursive: Some(true),
+                create_mountpoint: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// The container for one runner: `command` in a fresh container of the image, with stdin/stdout/stderr
@@ -228,7 +259,7 @@ pub fn runner_command(python: &str, request: &SpawnRequest, nproc: Option<u64>) 
 /// and removed by the engine as soon as it exits; `tasks` says what its pids limit bounds. With
 /// `hide_etc`, the image's /etc is hidden under a tiny tmpfs holding only the user database the prologue writes
 /// (and Docker's /etc files, masked): the probe finds out whether the image's interpreter starts without it
-/// (it may need /etc/ld.so.cache).
+/// (it may need /etc/ld.so.cache). `mounts` are bound in scratch (see [`binds`]).
 pub fn container_body(
     settings: &DockerSettings,
     limits: &Limits,
@@ -236,6 +267,7 @@ pub fn container_body(
     instance: &str,
     hide_etc: bool,
     tasks: TaskBound,
+    mounts: &[Mount],
 ) -> ContainerCreateBody {
     const MIB: i64 = 1024 * 1024;
     let memory = i64::try_from(settings.memory_mb(limits)).unwrap_or(i64::MAX / MIB).saturating_mul(MIB);
@@ -274,6 +306,7 @@ pub fn container_body(
             dns_options: Some(vec![DNS_OPTIONS.to_string()]),
             readonly_rootfs: Some(true),
             tmpfs: Some(tmpfs),
+            mounts: (!mounts.is_empty()).then(|| binds(mounts)),
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             ipc_mode: Some("none".to_string()),
@@ -306,8 +339,15 @@ mod tests {
     #[test]
     fn the_container_is_locked_down() {
         let settings = DockerSettings::default();
-        let body =
-            container_body(&settings, &Limits::default(), vec!["python3".into()], "inst-1", true, TaskBound::Cgroup);
+        let body = container_body(
+            &settings,
+            &Limits::default(),
+            vec!["python3".into()],
+            "inst-1",
+            true,
+            TaskBound::Cgroup,
+            &[],
+        );
         let host = body.host_config.clone().unwrap();
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(body.network_disabled, Some(true));
@@ -329,8 +369,9 @@ mod tests {
         );
         let etc = &host.tmpfs.as_ref().unwrap()["/etc"];
         assert_eq!(etc, "rw,nosuid,nodev,noexec,size=64k,uid=65534,gid=65534,mode=0755", "the image's /etc hidden");
-        let shown =
-            container_body(&settings, &Limits::default(), vec![], "i", false, TaskBound::Cgroup).host_config.unwrap();
+        let shown = container_body(&settings, &Limits::default(), vec![], "i", false, TaskBound::Cgroup, &[])
+            .host_config
+            .unwrap();
         assert!(!shown.tmpfs.unwrap().contains_key("/etc"));
         assert!(!shown.masked_paths.unwrap().contains(&"/etc/resolv.conf".to_string()));
         assert_eq!(body.user.as_deref(), Some(USER));
@@ -347,8 +388,56 @@ mod tests {
     }
 
     #[test]
+    fn mounts_are_binds_in_scratch_of_the_folder_alone_read_only_unless_writable() {
+        let mounts = [
+            Mount { name: "data".into(), path: "/home/me/data".into(), writable: false },
+            Mount { name: "out".into(), path: "/home/me/out".into(), writable: true },
+        ];
+        let host = container_body(
+            &DockerSettings::default(),
+            &Limits::default(),
+            vec![],
+            "i",
+            true,
+            TaskBound::Cgroup,
+            &mounts,
+        )
+        .host_config
+        .unwrap();
+        let binds: Vec<_> = host
+            .mounts
+            .unwrap()
+            .into_iter()
+            .map(|m| {
+                let options = m.bind_options.unwrap();
+                (m.target.unwrap(), m.source.unwrap(), m.typ, m.read_only, options.non_recursive, options.propagation)
+            })
+            .collect();
+        use bollard::models::{MountBindOptionsPropagationEnum::RPRIVATE, MountType::BIND};
+        assert_eq!(
+            binds,
+            [
+                ("/scratch/data".into(), "/home/me/data".into(), Some(BIND), Some(true), Some(true), Some(RPRIVATE)),
+                ("/scratch/out".into(), "/home/me/out".into(), Some(BIND), Some(false), Some(true), Some(RPRIVATE)),
+            ]
+        );
+        assert!(host.binds.is_none() && host.devices.is_none());
+        assert_eq!(host.readonly_rootfs, Some(true), "the rest stays as it is");
+    }
+
+    #[test]
+    fn the_runners_options_follow_its_source() {
+        let command = runner_command("python3", &request(), None, Some("{\"site\":[]}".into()));
+        assert_eq!(command.len(), 6);
+        assert!(command[4].ends_with(RUNNER_SOURCE));
+        assert_eq!(command[5], "{\"site\":[]}");
+        assert_eq!(runner_command("python3", &request(), None, None).len(), 5, "no options, no argument");
+    }
+
+    #[test]
     fn stdio_is_attached_without_a_tty_and_the_engine_removes_the_container() {
-        let body = container_body(&DockerSettings::default(), &Limits::default(), vec![], "i", true, TaskBound::Cgroup);
+        let body =
+            container_body(&DockerSettings::default(), &Limits::default(), vec![], "i", true, TaskBound::Cgroup, &[]);
         assert_eq!(
             (body.attach_stdin, body.attach_stdout, body.attach_stderr, body.open_stdin, body.stdin_once, body.tty),
             (Some(true), Some(true), Some(true), Some(true), Some(true), Some(false))
@@ -362,7 +451,7 @@ mod tests {
     #[test]
     fn limits_default_from_execution_limits() {
         let limits = Limits { memory_mb: 512, scratch_mb: 100, ..Limits::default() };
-        let body = container_body(&DockerSettings::default(), &limits, vec![], "i", true, TaskBound::Cgroup);
+        let body = container_body(&DockerSettings::default(), &limits, vec![], "i", true, TaskBound::Cgroup, &[]);
         let host = body.host_config.unwrap();
         assert_eq!(host.memory, Some(612 * 1024 * 1024), "memory holds the scratch tmpfs too");
         assert_eq!(host.memory_swap, host.memory, "no swap");
@@ -382,8 +471,9 @@ mod tests {
             runtime: Some("runsc".into()),
             ..Default::default()
         };
-        let host =
-            container_body(&settings, &Limits::default(), vec![], "i", true, TaskBound::Cgroup).host_config.unwrap();
+        let host = container_body(&settings, &Limits::default(), vec![], "i", true, TaskBound::Cgroup, &[])
+            .host_config
+            .unwrap();
         assert_eq!(host.runtime.as_deref(), Some("runsc"));
         assert_eq!(host.memory, Some(300 * 1024 * 1024));
         assert_eq!(host.pids_limit, Some(16));
@@ -393,7 +483,7 @@ mod tests {
 
     #[test]
     fn the_runner_starts_confined_with_the_runs_rlimits() {
-        let command = runner_command("/usr/local/bin/python3", &request(), None);
+        let command = runner_command("/usr/local/bin/python3", &request(), None, None);
         assert_eq!(&command[..4], ["/usr/local/bin/python3", "-I", "-S", "-c"]);
         let source = &command[4];
         assert!(source.starts_with(CONFINE_SOURCE));
@@ -416,10 +506,10 @@ mod tests {
         assert_eq!(TaskBound::Cgroup.nproc(&settings, &limits), None, "under runc the count is the host user's");
         assert_eq!(TaskBound::Gvisor.nproc(&settings, &limits), Some(32));
         let pids_limit =
-            |tasks| container_body(&settings, &limits, vec![], "i", true, tasks).host_config.unwrap().pids_limit;
+            |tasks| container_body(&settings, &limits, vec![], "i", true, tasks, &[]).host_config.unwrap().pids_limit;
         assert_eq!(pids_limit(TaskBound::Cgroup), Some(32));
         assert_eq!(pids_limit(TaskBound::Gvisor), Some(32 + 512));
-        let command = runner_command("python3", &request(), Some(32));
+        let command = runner_command("python3", &request(), Some(32), None);
         assert!(command[4].contains("\nconfine({") && command[4].contains("\"NPROC\":32"), "{}", command[4]);
     }
 

@@ -19,6 +19,7 @@ use landlock::{
 
 use super::policy::{Bind, BindAccess, Policy, SANDBOX_ID};
 use super::{DEGRADED_LAYER, LAYERS_PREFIX, seccomp};
+use crate::Mount;
 use crate::limits::MALLOC_ARENA_MAX;
 use crate::rlimits::{self, MemoryBound};
 
@@ -77,18 +78,29 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
     let sources: Vec<OwnedFd> = policy
         .binds
         .iter()
-        .map(|b| step(format!("opening {}", b.path.display()), open_path(&b.path)))
+        .map(|b| step(format!("opening {}", b.path.display()), open_path(&b.path, 0)))
+        .collect::<Result<_, _>>()?;
+    let folders: Vec<OwnedFd> = policy
+        .mounts
+        .iter()
+        .map(|m| {
+            step(
+                format!("opening execution.mounts.{} ({})", m.name, m.path.display()),
+                open_path(&m.path, libc::O_DIRECTORY),
+            )
+        })
         .collect::<Result<_, _>>()?;
     namespaces.become_the_sandbox_user()?;
-    build_root(&policy, &sources)?;
-    drop(sources);
+    build_root(&policy, &sources, &folders)?;
+    drop((sources, folders));
     let mut layers = vec![format!(
         "user/mount/pid/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch, as uid {} outside",
         policy.limits.scratch_mb, namespaces.outside_uid
     )];
     let task_limit = rlimits::nproc(0, namespaces.task_limit(policy.limits.tasks));
     let user_database = [Path::new(PASSWD), Path::new(GROUP)];
-    let exec = confine(&policy, Some(SANDBOX_USER.to_string()), &user_database, &mut layers)?;
+    // The mounts' binds are in scratch, under its rule; a read-only one is a read-only mount.
+    let exec = confine(&policy, Some(SANDBOX_USER.to_string()), &user_database, &[], &mut layers)?;
     layers.push(if namespaces.outside_uid == 0 {
         "tasks: NOT bounded by RLIMIT_NPROC (uid 0 outside: the kernel exempts root)".to_string()
     } else {
@@ -114,7 +126,10 @@ fn run_degraded(policy: &Policy, uid: u32, why: std::io::Error) -> Result<Infall
     // Landlock applies). RLIMIT_NPROC counts every task of our user (and root is exempt from it).
     let user_name = crate::host::user_name(uid);
     let task_limit = (uid != 0).then(|| rlimits::nproc(rlimits::tasks_of_user(uid), policy.limits.tasks));
-    let exec = confine(policy, user_name, &[], &mut layers)?;
+    // No binds without a mount namespace: each folder is a symlink in scratch, reachable through Landlock's
+    // rules for it.
+    step("linking execution.mounts into scratch", crate::mounts::link_into(&policy.scratch, &policy.mounts))?;
+    let exec = confine(policy, user_name, &[], &policy.mounts, &mut layers)?;
     layers.push(match task_limit {
         Some(_) => format!(
             "tasks: at most {} more than this user runs (RLIMIT_NPROC, shared with its other processes)",
@@ -126,11 +141,13 @@ fn run_degraded(policy: &Policy, uid: u32, why: std::io::Error) -> Result<Infall
 }
 
 /// The layers both modes share, in order: the scratch directory as working directory, no inherited files,
-/// no_new_privs, Landlock, no capabilities; returns the prepared exec of the interpreter.
+/// no_new_privs, Landlock (with rules of their own for `folders`), no capabilities; returns the prepared exec
+/// of the interpreter.
 fn confine(
     policy: &Policy,
     user_name: Option<String>,
     also_readable: &[&Path],
+    folders: &[Mount],
     layers: &mut Vec<String>,
 ) -> Result<Exec, StepError> {
     step("entering the scratch directory", std::env::set_current_dir(&policy.scratch))?;
@@ -138,7 +155,7 @@ fn confine(
     check("closing inherited files", unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) })?;
     // SAFETY: prctl with integer arguments.
     check("setting no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long })?;
-    layers.push(restrict_with_landlock(policy, also_readable)?);
+    layers.push(restrict_with_landlock(policy, also_readable, folders)?);
     drop_capabilities()?;
     layers.push("capabilities dropped, no_new_privs".to_string());
     Exec::new(policy, user_name.as_deref())
@@ -415,10 +432,11 @@ fn relay_the_end_of() -> ! {
     unsafe { libc::_exit(code) }
 }
 
-fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
+/// An `O_PATH` fd of `path` (with `flags` added, e.g. `O_DIRECTORY`).
+fn open_path(path: &Path, flags: libc::c_int) -> std::io::Result<OwnedFd> {
     let c_path = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: valid NUL-terminated path; the fd is owned right away.
-    let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC | flags) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -499,8 +517,9 @@ fn write_user_database(etc: &Path, scratch: &Path) -> Result<(), StepError> {
 }
 
 /// Builds the minimal root: an empty tmpfs holding read-only binds of the interpreter's paths, the
-/// devices, a sized tmpfs scratch, and nothing else; then makes it the root.
-fn build_root(policy: &Policy, sources: &[OwnedFd]) -> Result<(), StepError> {
+/// devices, a sized tmpfs scratch with the mounts' folders bound in it, and nothing else; then makes it the
+/// root.
+fn build_root(policy: &Policy, sources: &[OwnedFd], folders: &[OwnedFd]) -> Result<(), StepError> {
     let staging = Path::new(STAGING);
     mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
     mount(
@@ -539,6 +558,9 @@ fn build_root(policy: &Policy, sources: &[OwnedFd]) -> Result<(), StepError> {
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         Some(&options),
     )?;
+    for (mount, folder) in policy.mounts.iter().zip(folders) {
+        bind_folder(mount, folder, &scratch.join(&mount.name))?;
+    }
     let old = staging.join(".old");
     step("creating the old-root mount point", std::fs::create_dir(&old))?;
     let (new_c, old_c) = (c_path(staging)?, c_path(&old)?);
@@ -583,6 +605,32 @@ fn bind_read_only(bind: &Bind, source: &OwnedFd, target: &Path) -> Result<(), St
     mount(None, target, None, flags, None)
 }
 
+/// Binds a mount's folder at `target` in scratch: not recursively (file systems mounted inside the folder
+/// stay out: a read-only remount would not reach them), never with devices, set-id or execution, and read-only
+/// unless writable. Renames and hard links between it and anything else cross a mount: the kernel refuses
+/// them (EXDEV).
+fn bind_folder(mount: &Mount, folder: &OwnedFd, target: &Path) -> Result<(), StepError> {
+    let what = format!("execution.mounts.{}", mount.name);
+    step(format!("creating the mount point of {what}"), std::fs::create_dir(target))?;
+    let from = PathBuf::from(format!("/proc/self/fd/{}", folder.as_raw_fd()));
+    mount_folder(&what, Some(&from), target, libc::MS_BIND)?;
+    let mut flags = locked_flags(target)? | libc::MS_REMOUNT | libc::MS_BIND;
+    flags |= libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    if !mount.writable {
+        flags |= libc::MS_RDONLY;
+    }
+    mount_folder(&what, None, target, flags)
+}
+
+/// A mount call for a mount's folder; the error names the key and the usual cause of EINVAL.
+fn mount_folder(what: &str, source: Option<&Path>, target: &Path, flags: libc::c_ulong) -> Result<(), StepError> {
+    mount(source, target, None, flags, None).map_err(|e| {
+        let locked = " (a folder with another file system mounted inside it cannot be shown: mount that one instead)";
+        let hint = if e.to_string().contains("Invalid argument") { locked } else { "" };
+        StepError { step: format!("binding {what}{hint}"), source: e.source }
+    })
+}
+
 fn locked_flags(path: &Path) -> Result<libc::c_ulong, StepError> {
     let c = c_path(path)?;
     // SAFETY: statvfs into a zeroed struct with a valid path.
@@ -600,9 +648,11 @@ fn locked_flags(path: &Path) -> Result<libc::c_ulong, StepError> {
     Ok(pairs.iter().filter(|(st, _)| stat.f_flag & st != 0).fold(0, |acc, (_, ms)| acc | ms))
 }
 
-/// Landlock: read (and execute where needed) on the interpreter's paths, read-write on scratch, nothing
-/// else; no TCP; signals and abstract sockets only within the sandbox. Refuses to go on unenforced.
-fn restrict_with_landlock(policy: &Policy, also_readable: &[&Path]) -> Result<String, StepError> {
+/// Landlock: read (and execute where needed) on the interpreter's paths, read-write on scratch, read (or
+/// scratch's rights, if writable) on `folders`, nothing else; no TCP; signals and abstract sockets only within
+/// the sandbox. Refuses to go on unenforced. A read-only folder has no `Refer` right: nothing is linked or
+/// renamed out of it (and nothing gains its write rights by a link into a writable place).
+fn restrict_with_landlock(policy: &Policy, also_readable: &[&Path], folders: &[Mount]) -> Result<String, StepError> {
     let abi = LANDLOCK_ABI;
     let ruleset = Ruleset::default();
     let ruleset = step("landlock: filesystem access", ruleset.handle_access(AccessFs::from_all(abi)))?;
@@ -629,6 +679,10 @@ fn restrict_with_landlock(policy: &Policy, also_readable: &[&Path]) -> Result<St
     }
     let scratch = AccessFs::from_all(abi) & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock);
     ruleset = step("landlock: adding the scratch rule", ruleset.add_rule(rule(&policy.scratch, scratch)?))?;
+    for folder in folders {
+        let access = if folder.writable { scratch } else { AccessFs::ReadFile | AccessFs::ReadDir };
+        ruleset = step("landlock: adding a mount's rule", ruleset.add_rule(rule(&folder.path, access)?))?;
+    }
     let status = step("landlock: restricting", ruleset.restrict_self())?;
     match status.ruleset {
         RulesetStatus::FullyEnforced => Ok(format!("landlock ABI {} fully enforced", abi as u32)),

@@ -17,7 +17,10 @@ use tokio::process::Command;
 use crate::host::{RunGroup, host_runner, runner_args, runner_command};
 use crate::python::ResolvedPython;
 use crate::watch::Watched;
-use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest, rlimits};
+use crate::{
+    Availability, BackendSettings, Mount, Packages, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError,
+    SpawnRequest, rlimits,
+};
 use policy::{PlanRequest, Policy, inspect, plan};
 
 /// How long the availability probe (one sandboxed `print`) may take.
@@ -36,6 +39,8 @@ pub struct LandlockBackend {
     helper: PathBuf,
     /// `execution.allow_degraded`: run programs without user namespaces.
     allow_degraded: bool,
+    mounts: Vec<Mount>,
+    packages: Packages,
 }
 
 /// What degraded mode lacks.
@@ -45,8 +50,14 @@ const DEGRADED_FIX: &str = "enable unprivileged user namespaces (sysctls user.ma
                             kernel.unprivileged_userns_clone, or Ubuntu's kernel.apparmor_restrict_unprivileged_userns)";
 
 impl LandlockBackend {
-    pub fn new(configured_python: String, helper: PathBuf, allow_degraded: bool) -> Self {
-        LandlockBackend { python: ResolvedPython::new(configured_python), helper, allow_degraded }
+    pub fn new(settings: &BackendSettings) -> Self {
+        LandlockBackend {
+            python: ResolvedPython::new(settings.python.clone()),
+            helper: settings.helper.clone(),
+            allow_degraded: settings.allow_degraded,
+            mounts: settings.mounts.clone(),
+            packages: settings.packages.clone(),
+        }
     }
 
     /// Starts the helper for one confined interpreter with `args`, in a fresh run directory; without user
@@ -60,8 +71,16 @@ impl LandlockBackend {
     ) -> Result<RunnerProcess, SpawnError> {
         // The run's directories, its cgroup and the policy's look at the interpreter's paths are file system
         // work: off the runtime's thread.
-        let (python, limits, timeout) = (python.clone(), request.limits.clone(), request.timeout);
-        let prepared = tokio::task::spawn_blocking(move || prepare(&python, args, limits, timeout, allow_degraded));
+        let run = Run {
+            python: python.clone(),
+            args,
+            limits: request.limits.clone(),
+            timeout: request.timeout,
+            allow_degraded,
+            mounts: self.mounts.clone(),
+            site_packages: self.packages.site_packages,
+        };
+        let prepared = tokio::task::spawn_blocking(move || prepare(run));
         let (run_dir, watched, group, policy) =
             prepared.await.map_err(|e| SpawnError::Scratch(std::io::Error::other(e)))??;
         let child = crate::spawner::spawn(helper_command(&self.helper, &policy)?)
@@ -71,14 +90,20 @@ impl LandlockBackend {
     }
 }
 
-/// A run's directories, what the server watches, its cgroup and the helper's policy.
-fn prepare(
-    python: &Python,
+/// What one confined interpreter is started with.
+struct Run {
+    python: Python,
     args: Vec<String>,
     limits: crate::Limits,
     timeout: Duration,
     allow_degraded: bool,
-) -> Result<(tempfile::TempDir, Watched, RunGroup, Policy), SpawnError> {
+    mounts: Vec<Mount>,
+    site_packages: bool,
+}
+
+/// A run's directories, what the server watches, its cgroup and the helper's policy.
+fn prepare(run: Run) -> Result<(tempfile::TempDir, Watched, RunGroup, Policy), SpawnError> {
+    let Run { python, args, limits, timeout, allow_degraded, mounts, site_packages } = run;
     let run_dir = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
     let scratch = run_dir.path().join("scratch");
     std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
@@ -90,7 +115,17 @@ fn prepare(
     let group = RunGroup::for_run(&limits, cgroup_memory);
     let cpu_seconds = rlimits::cpu_seconds(timeout);
     #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-    let mut policy = plan(PlanRequest { python, scratch, args, limits, cpu_seconds, allow_degraded }, &inspect);
+    let request = PlanRequest {
+        python: &python,
+        scratch,
+        args,
+        limits,
+        cpu_seconds,
+        allow_degraded,
+        mounts: &mounts,
+        site_packages,
+    };
+    let mut policy = plan(request, &inspect);
     #[cfg(target_os = "linux")]
     {
         policy.cgroup = group.cgroup().map(|c| policy::Cgroup {
@@ -129,13 +164,17 @@ impl SandboxBackend for LandlockBackend {
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: PROBE_TIMEOUT };
-        let args = crate::python::isolated_args(&format!("print('{PROBE_OUTPUT}')"));
+        let args = match self.packages.probe_args(&python.installed, &format!("print('{PROBE_OUTPUT}')")) {
+            Ok(args) => args,
+            Err(reason) => return Availability::Unavailable { reason },
+        };
         // The probe may run degraded, to find out which mode this machine gives.
         let runner = match self.start(python, args, &request, true).await {
             Ok(runner) => runner,
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
-        match probe_outcome(runner).await {
+        let shown = crate::shown_detail(&self.mounts, &self.packages, &python.installed);
+        let outcome = match probe_outcome(runner).await {
             Availability::Degraded { detail, .. } if !self.allow_degraded => {
                 let why = detail.split("; ").find(|layer| layer.starts_with(DEGRADED_LAYER)).unwrap_or(&detail);
                 Availability::Unavailable {
@@ -146,12 +185,17 @@ impl SandboxBackend for LandlockBackend {
                 }
             }
             availability => availability,
-        }
+        };
+        outcome.with_more_detail(&shown)
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
         let python = self.python.for_spawn(SandboxKind::Landlock).await?;
-        self.start(python, runner_args(), request, self.allow_degraded).await
+        let options = self
+            .packages
+            .runner_argument(&python.installed, &self.mounts)
+            .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::Landlock, reason })?;
+        self.start(python, runner_args(options), request, self.allow_degraded).await
     }
 
     async fn shutdown(&self) {
@@ -163,6 +207,9 @@ impl SandboxBackend for LandlockBackend {
 async fn probe_outcome(runner: RunnerProcess) -> Availability {
     let probe = runner.finish_probe(PROBE_TIMEOUT).await;
     let stderr = probe.stderr;
+    if let Some(failure) = crate::packages::probe_failure(&stderr) {
+        return Availability::Unavailable { reason: failure };
+    }
     let layers = stderr.lines().find_map(|l| l.strip_prefix(LAYERS_PREFIX)).map(str::to_string);
     match layers {
         Some(layers) if probe.completed && probe.stdout.trim() == PROBE_OUTPUT => {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Limits, Python};
+use crate::{Limits, Mount, Python};
 
 /// The id the program runs as inside its user namespace.
 pub const SANDBOX_ID: u32 = 1000;
@@ -37,6 +37,9 @@ pub struct Policy {
     /// The run's cgroup, which the helper moves itself into first.
     #[serde(default)]
     pub cgroup: Option<Cgroup>,
+    /// `execution.mounts`: host folders shown as `scratch/NAME` (binds, or symlinks when degraded).
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +127,9 @@ pub struct PlanRequest<'a> {
     pub limits: Limits,
     pub cpu_seconds: u64,
     pub allow_degraded: bool,
+    pub mounts: &'a [Mount],
+    /// `execution.site_packages`: the interpreter's own package directories are bound read-only, not hidden.
+    pub site_packages: bool,
 }
 
 /// Plans the sandbox for `request`, looking at host paths with `inspect_path`.
@@ -158,8 +164,13 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
     for (device, access) in DEVICES {
         add(PathBuf::from(device), access, &mut binds);
     }
+    let (shown, hidden_packages) = python.package_dirs(request.site_packages);
+    for dir in shown {
+        // Their extension modules and the libraries beside them (numpy.libs) are mapped executable.
+        add(dir, BindAccess::Exec, &mut binds);
+    }
     let mut hidden: Vec<PathBuf> = Vec::new();
-    for dir in &python.site_packages {
+    for dir in &hidden_packages {
         let visible = binds.iter().any(|b| dir.starts_with(&b.path)) && inspect_path(dir) == PathKind::Canonical;
         if visible && !hidden.contains(dir) {
             hidden.push(dir.clone());
@@ -176,6 +187,7 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
         cpu_seconds: request.cpu_seconds,
         allow_degraded: request.allow_degraded,
         cgroup: None,
+        mounts: request.mounts.to_vec(),
     }
 }
 
@@ -257,6 +269,7 @@ mod tests {
             base_prefix: prefix.into(),
             stdlib: vec![format!("{prefix}/lib/python3.11").into(), format!("{prefix}/lib/python3.11").into()],
             site_packages: vec![format!("{prefix}/lib/python3.11/site-packages").into()],
+            installed: vec![format!("{prefix}/lib/python3.11/site-packages").into()],
             multiarch: "x86_64-linux-gnu".into(),
         }
     }
@@ -284,6 +297,8 @@ mod tests {
             limits: Limits::default(),
             cpu_seconds: 121,
             allow_degraded: false,
+            mounts: &[],
+            site_packages: false,
         }
     }
 
@@ -319,6 +334,23 @@ mod tests {
         let paths: Vec<&str> = bound(&policy).into_iter().map(|(p, _)| p).collect();
         assert!(paths.contains(&"/usr/bin/python3.11") && paths.contains(&"/usr/lib/python3.11"), "{paths:?}");
         assert!(!paths.contains(&"/usr") && !paths.contains(&"/usr/bin"), "never the whole system prefix: {paths:?}");
+    }
+
+    #[test]
+    fn shown_packages_are_bound_read_only_and_no_longer_hidden_and_mounts_travel_in_the_policy() {
+        let mut py = python("/opt/py", "/opt/py/bin/python3.11");
+        py.installed = vec!["/work/venv/lib/python3.11/site-packages".into()];
+        py.site_packages.push("/work/venv/lib/python3.11/site-packages".into());
+        let hidden = plan(request(&py), &debian);
+        assert_eq!(hidden.hidden, [PathBuf::from("/opt/py/lib/python3.11/site-packages")]);
+        assert!(!bound(&hidden).iter().any(|(path, _)| path.starts_with("/work")), "the venv stays out");
+        let mounts = [Mount { name: "data".into(), path: "/home/me/data".into(), writable: true }];
+        let shown = plan(PlanRequest { site_packages: true, mounts: &mounts, ..request(&py) }, &debian);
+        assert!(bound(&shown).contains(&("/work/venv/lib/python3.11/site-packages", BindAccess::Exec)));
+        assert_eq!(shown.hidden, [PathBuf::from("/opt/py/lib/python3.11/site-packages")], "the base's stay hidden");
+        assert_eq!(shown.mounts, mounts);
+        let json = serde_json::to_string(&shown).unwrap();
+        assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), shown);
     }
 
     #[test]

@@ -201,6 +201,7 @@ mod tests {
                 base_prefix: self.path(prefix),
                 stdlib: vec![self.path(&format!("{prefix}/lib/python{version}"))],
                 site_packages: vec![self.path(site_packages)],
+                installed: vec![self.path(site_packages)],
                 multiarch: String::new(),
             }
         }

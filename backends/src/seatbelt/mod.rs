@@ -16,10 +16,12 @@ use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 use crate::python::ResolvedPython;
-use crate::{Availability, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
+use crate::{
+    Availability, BackendSettings, Python, RunnerProcess, SandboxBackend, SandboxKind, SpawnError, SpawnRequest,
+};
 pub use layout::Layout;
 pub use libraries::LibrariesError;
-pub use profile::{Profile, SANDBOX_EXEC};
+pub use profile::{Profile, SANDBOX_EXEC, Shown};
 
 /// How long the availability probe (one sandboxed `print`) may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -30,6 +32,8 @@ const PROBE_OUTPUT: &str = "ptc-sandbox-ready";
 pub struct SeatbeltBackend {
     python: ResolvedPython,
     layout: OnceCell<Layout>,
+    /// Its mounts and packages.
+    settings: BackendSettings,
 }
 
 /// Why no profile can be made for the configured interpreter.
@@ -53,11 +57,11 @@ pub async fn layout_of(python: &Python) -> Result<Layout, LibrariesError> {
 /// lines that give its parameters and a command line to try it with (`ptc-mcp sandbox-profile seatbelt`).
 /// Works on any OS: on Linux it shows the paths of a Linux interpreter. The scratch directory is an example
 /// of a run's (each run has its own).
-pub async fn printable_profile(configured_python: &str) -> Result<String, LayoutError> {
-    let python = crate::python::resolve_python(configured_python).await?;
+pub async fn printable_profile(settings: &BackendSettings) -> Result<String, LayoutError> {
+    let python = crate::python::resolve_python(&settings.python).await?;
     let layout = layout_of(&python).await?;
     let scratch = crate::scratch::example_run_dir();
-    let profile = Profile::render(&layout, &scratch);
+    let profile = Profile::render(&layout, &scratch, &shown(&python, settings));
     // Comments hold paths: escaped, so that no byte of a path can end a comment line.
     let shown = |value: &std::ffi::OsStr| value.to_string_lossy().escape_debug().to_string();
     let mut text = format!(
@@ -79,9 +83,18 @@ pub async fn printable_profile(configured_python: &str) -> Result<String, Layout
     Ok(text)
 }
 
+/// What runs of `python` show beyond it with these settings.
+fn shown(python: &Python, settings: &BackendSettings) -> Shown {
+    Shown { packages: python.package_dirs(settings.packages.site_packages).0, mounts: settings.mounts.clone() }
+}
+
 impl SeatbeltBackend {
-    pub fn new(configured_python: String) -> Self {
-        SeatbeltBackend { python: ResolvedPython::new(configured_python), layout: OnceCell::new() }
+    pub fn new(settings: &BackendSettings) -> Self {
+        SeatbeltBackend {
+            python: ResolvedPython::new(settings.python.clone()),
+            layout: OnceCell::new(),
+            settings: settings.clone(),
+        }
     }
 
     fn unavailable_reason() -> Option<String> {
@@ -107,12 +120,12 @@ impl SeatbeltBackend {
         if let Some(reason) = Self::unavailable_reason() {
             return Err(SpawnError::Unavailable { kind: SandboxKind::Seatbelt, reason });
         }
-        let layout = self
-            .layout()
-            .await
-            .map_err(|e| SpawnError::Unavailable { kind: SandboxKind::Seatbelt, reason: e.to_string() })?;
-        crate::host::spawn_confined(request, |scratch| {
-            Profile::render(layout, scratch).command_line(&layout.interpreter, &args)
+        let unavailable = |reason: String| SpawnError::Unavailable { kind: SandboxKind::Seatbelt, reason };
+        let layout = self.layout().await.map_err(|e| unavailable(e.to_string()))?;
+        let python = self.python.get().await.map_err(|e| unavailable(e.to_string()))?;
+        let shown = shown(python, &self.settings);
+        crate::host::spawn_confined(request, &self.settings.mounts, |scratch| {
+            Profile::render(layout, scratch, &shown).command_line(&layout.interpreter, &args)
         })
         .await
     }
@@ -131,12 +144,22 @@ impl SandboxBackend for SeatbeltBackend {
             return Availability::Unavailable { reason };
         }
         let request = SpawnRequest { limits: crate::Limits::default(), timeout: PROBE_TIMEOUT };
-        let args = crate::python::isolated_args(&format!("print('{PROBE_OUTPUT}')"));
+        let installed = match self.python.get().await {
+            Ok(python) => python.installed.clone(),
+            Err(e) => return Availability::Unavailable { reason: e.to_string() },
+        };
+        let args = match self.settings.packages.probe_args(&installed, &format!("print('{PROBE_OUTPUT}')")) {
+            Ok(args) => args,
+            Err(reason) => return Availability::Unavailable { reason },
+        };
         let runner = match self.start(&request, args).await {
             Ok(runner) => runner,
             Err(e) => return Availability::Unavailable { reason: e.to_string() },
         };
         let probe = runner.finish_probe(PROBE_TIMEOUT).await;
+        if let Some(failure) = crate::packages::probe_failure(&probe.stderr) {
+            return Availability::Unavailable { reason: failure };
+        }
         if !(probe.completed && probe.stdout.trim() == PROBE_OUTPUT) {
             return Availability::Unavailable { reason: diagnose::failure(&probe.exit, &probe.stderr) };
         }
@@ -146,19 +169,31 @@ impl SandboxBackend for SeatbeltBackend {
         Availability::Available {
             detail: format!(
                 "sandbox-exec deny-by-default profile: no network, no fork (exec of the interpreter only), reads \
-                 of the interpreter, its standard library and {} libraries it loads (installed packages hidden), \
+                 of the interpreter, its standard library and {} libraries it loads (installed packages hidden{}), \
                  writes only in scratch (no hard links, clones or file flags), no other process's information; \
                  memory and scratch size watched by the server (macOS enforces no memory rlimit); runners end \
                  with the server through a reaper process; python {} at {}",
                 layout.libraries.len(),
+                if self.settings.packages.site_packages { " but its own" } else { "" },
                 python.version,
                 layout.interpreter.display()
             ),
         }
+        .with_more_detail(&crate::shown_detail(
+            &self.settings.mounts,
+            &self.settings.packages,
+            &python.installed,
+        ))
     }
 
     async fn spawn(&self, request: &SpawnRequest) -> Result<RunnerProcess, SpawnError> {
-        self.start(request, crate::host::runner_args()).await
+        let python = self.python.for_spawn(SandboxKind::Seatbelt).await?;
+        let options = self
+            .settings
+            .packages
+            .runner_argument(&python.installed, &self.settings.mounts)
+            .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::Seatbelt, reason })?;
+        self.start(request, crate::host::runner_args(options)).await
     }
 
     async fn shutdown(&self) {

@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::layout::{Layout, canonical, with_ancestors};
+use crate::Mount;
 
 /// By absolute path: a `sandbox-exec` earlier on PATH must not be able to stand in for Apple's.
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
@@ -12,11 +13,14 @@ pub(crate) const TEMPLATE: &str = include_str!("../../../profiles/seatbelt.sbpl"
 
 /// The markers of the template, each on a line of its own and each replaced exactly once: by one filter a
 /// parameter, the parameters named `<PREFIX>_0`, `<PREFIX>_1`, ….
-pub(crate) const MARKERS: [Marker; 4] = [
+pub(crate) const MARKERS: [Marker; 7] = [
     Marker { mark: "@TREES@", prefix: "TREE", filter: Filter::Subpath },
     Marker { mark: "@LIBRARIES@", prefix: "LIBRARY", filter: Filter::Literal },
+    Marker { mark: "@PACKAGES@", prefix: "PACKAGES", filter: Filter::Subpath },
     Marker { mark: "@HIDDEN@", prefix: "HIDDEN", filter: Filter::DenyReads },
     Marker { mark: "@METADATA@", prefix: "METADATA", filter: Filter::Literal },
+    Marker { mark: "@READ_MOUNTS@", prefix: "MOUNT_RO", filter: Filter::AllowReads },
+    Marker { mark: "@WRITE_MOUNTS@", prefix: "MOUNT_RW", filter: Filter::AllowWrites },
 ];
 
 #[derive(Clone, Copy)]
@@ -32,6 +36,10 @@ enum Filter {
     Literal,
     /// A whole rule: reads denied below the path.
     DenyReads,
+    /// A whole rule: reads allowed below the path.
+    AllowReads,
+    /// A whole rule: reads and writes allowed below the path.
+    AllowWrites,
 }
 
 impl Filter {
@@ -40,6 +48,8 @@ impl Filter {
             Filter::Subpath => format!("(subpath (param \"{param}\"))"),
             Filter::Literal => format!("(literal (param \"{param}\"))"),
             Filter::DenyReads => format!("(deny file-read* file-map-executable (subpath (param \"{param}\")))"),
+            Filter::AllowReads => format!("(allow file-read* (subpath (param \"{param}\")))"),
+            Filter::AllowWrites => format!("(allow file-read* file-write* (subpath (param \"{param}\")))"),
         }
     }
 }
@@ -52,13 +62,37 @@ pub struct Profile {
     pub params: Vec<(String, OsString)>,
 }
 
+/// What a run shows beyond the interpreter and its scratch directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shown {
+    /// The interpreter's own package directories (`execution.site_packages`), read-only.
+    pub packages: Vec<PathBuf>,
+    /// `execution.mounts`, linked into scratch.
+    pub mounts: Vec<Mount>,
+}
+
 impl Profile {
-    /// The profile that confines `layout`'s interpreter to the scratch directory `scratch`.
-    pub fn render(layout: &Layout, scratch: &Path) -> Profile {
+    /// The profile that confines `layout`'s interpreter to the scratch directory `scratch`, with `shown`.
+    pub fn render(layout: &Layout, scratch: &Path, shown: &Shown) -> Profile {
         let scratch_canonical = canonical(scratch);
+        let packages: Vec<PathBuf> = shown.packages.iter().map(|dir| canonical(dir)).collect();
+        let hidden: Vec<PathBuf> = layout.hidden.iter().filter(|dir| !packages.contains(dir)).cloned().collect();
+        let folders = |writable: bool| -> Vec<PathBuf> {
+            shown.mounts.iter().filter(|m| m.writable == writable).map(|m| canonical(&m.path)).collect()
+        };
+        let (read_mounts, write_mounts) = (folders(false), folders(true));
         let mut walked = layout.walked.clone();
         walked.extend([scratch.to_path_buf(), scratch_canonical.clone()]);
-        let lists: [&[PathBuf]; 4] = [&layout.trees, &layout.libraries, &layout.hidden, &with_ancestors(&walked)];
+        walked.extend(packages.iter().chain(&read_mounts).chain(&write_mounts).cloned());
+        let lists: [&[PathBuf]; 7] = [
+            &layout.trees,
+            &layout.libraries,
+            &packages,
+            &hidden,
+            &with_ancestors(&walked),
+            &read_mounts,
+            &write_mounts,
+        ];
         let mut params = vec![
             ("PYTHON".to_string(), layout.interpreter.clone().into_os_string()),
             ("SCRATCH".to_string(), scratch_canonical.into_os_string()),
@@ -132,7 +166,7 @@ mod tests {
             assert_eq!(line.trim().trim_end_matches(')'), marker.mark, "a marker stands alone on its line");
         }
         for layout in [layout(), Layout { libraries: vec![], hidden: vec![], ..layout() }] {
-            let profile = Profile::render(&layout, Path::new("/nonexistent/run"));
+            let profile = Profile::render(&layout, Path::new("/nonexistent/run"), &Shown::default());
             assert!(!profile.text.contains('@'), "a marker is left:\n{}", profile.text);
         }
         // The template's own words never use a marker's form (a comment once held one, and its replacement
@@ -150,7 +184,7 @@ mod tests {
 
     #[test]
     fn rules_come_in_the_order_the_policy_needs() {
-        let text = Profile::render(&layout(), Path::new("/nonexistent/run")).text;
+        let text = Profile::render(&layout(), Path::new("/nonexistent/run"), &Shown::default()).text;
         let forms: Vec<&str> = text.lines().filter(|l| l.starts_with('(')).collect();
         assert_eq!(
             &forms[..6],
@@ -179,7 +213,7 @@ mod tests {
 
     #[test]
     fn paths_travel_as_parameters_with_every_ancestor_in_both_forms() {
-        let profile = Profile::render(&layout(), Path::new("/nonexistent/run"));
+        let profile = Profile::render(&layout(), Path::new("/nonexistent/run"), &Shown::default());
         assert!(!profile.text.contains("/opt") && !profile.text.contains("/nonexistent"));
         let params: Vec<(String, String)> =
             profile.params.iter().map(|(name, value)| (name.clone(), value.to_string_lossy().into_owned())).collect();
@@ -208,8 +242,35 @@ mod tests {
     }
 
     #[test]
+    fn shown_packages_and_mounts_are_parameters_with_rules_of_their_own() {
+        let shown = Shown {
+            packages: vec!["/opt/py/lib/python3.11/site-packages".into(), "/venv/lib/site-packages".into()],
+            mounts: vec![
+                Mount { name: "data".into(), path: "/nonexistent/data".into(), writable: false },
+                Mount { name: "out".into(), path: "/nonexistent/out".into(), writable: true },
+            ],
+        };
+        let profile = Profile::render(&layout(), Path::new("/nonexistent/run"), &shown);
+        let value = |name: &str| profile.params.iter().find(|(n, _)| n == name).map(|(_, v)| v.to_string_lossy());
+        assert_eq!(value("PACKAGES_1").as_deref(), Some("/venv/lib/site-packages"));
+        assert_eq!(value("HIDDEN_0"), None, "a shown package directory is no longer hidden");
+        assert_eq!(value("MOUNT_RO_0").as_deref(), Some("/nonexistent/data"));
+        assert_eq!(value("MOUNT_RW_0").as_deref(), Some("/nonexistent/out"));
+        assert!(profile.params.iter().any(|(n, v)| n.starts_with("METADATA_") && v == "/venv/lib"), "ancestors walk");
+        let text = &profile.text;
+        assert!(!text.contains("/nonexistent/data") && !text.contains("/venv"), "paths stay out of the text");
+        let position = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing:\n{text}"));
+        assert!(text.contains("  (subpath (param \"PACKAGES_0\"))"));
+        let read_only = position("(allow file-read* (subpath (param \"MOUNT_RO_0\")))");
+        let writable = position("(allow file-read* file-write* (subpath (param \"MOUNT_RW_0\")))");
+        // After scratch's rule, and before the denial of links, clones and flags that holds for them too.
+        assert!(position("(subpath (param \"SCRATCH\")))") < read_only);
+        assert!(read_only < writable && writable < position("(deny file-link file-clone file-write-flags)"));
+    }
+
+    #[test]
     fn the_command_line_runs_the_interpreter_under_apples_sandbox_exec() {
-        let profile = Profile::render(&layout(), Path::new("/nonexistent/run"));
+        let profile = Profile::render(&layout(), Path::new("/nonexistent/run"), &Shown::default());
         let line = profile.command_line(Path::new("/opt/py/bin/python3.11"), &["-I".into()]);
         assert_eq!(line[..3], [OsString::from(SANDBOX_EXEC), "-p".into(), profile.text.clone().into()]);
         assert_eq!(line[3..5], [OsString::from("-D"), "PYTHON=/opt/py/bin/python3.11".into()]);
@@ -220,7 +281,7 @@ mod tests {
     fn paths_that_are_not_utf8_reach_the_command_line_unchanged() {
         use std::os::unix::ffi::{OsStrExt, OsStringExt};
         let scratch = PathBuf::from(OsString::from_vec(b"/nonexistent/\xff/scratch".to_vec()));
-        let line = Profile::render(&layout(), &scratch).command_line(Path::new("/py"), &[]);
+        let line = Profile::render(&layout(), &scratch, &Shown::default()).command_line(Path::new("/py"), &[]);
         assert!(line.iter().any(|a| a.as_bytes() == b"SCRATCH=/nonexistent/\xff/scratch"));
     }
 

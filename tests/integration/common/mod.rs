@@ -288,6 +288,12 @@ impl Run {
         self.text()
     }
 
+    /// Asserts the run succeeded and returns what the program printed.
+    pub fn expect_output(&self) -> String {
+        self.expect_ok();
+        self.structured()["output"].as_str().unwrap_or_default().to_string()
+    }
+
     /// Asserts the run failed and returns its text.
     pub fn expect_error(&self) -> String {
         assert!(self.is_error(), "the run succeeded but should have failed:\n{}", self.text());
