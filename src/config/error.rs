@@ -33,6 +33,12 @@ type UrlError = <reqwest::Url as std::str::FromStr>::Err;
 /// Config text that parses to no usable config. `key` is where the value is, e.g. `servers[0] ('db')`.
 #[derive(Debug, thiserror::Error)]
 pub enum InvalidConfig {
+    /// A key the `kubernetes` backend does not carry out: refused rather than ignored.
+    #[error(
+        "execution.{key}: not available in the kubernetes sandbox (its pods see neither the host's folders nor \
+         execution.python's packages); remove it, or use the landlock or docker sandbox"
+    )]
+    NotInKubernetes { key: &'static str },
     /// Not YAML, or not a mapping of the known sections.
     #[error("{0}")]
     Document(#[source] serde_yaml_ng::Error),

@@ -561,6 +561,16 @@ impl ExecutionConfig {
             return Err(InvalidConfig::NoPython);
         }
         mounts::check_names(&self.mounts, &self.preload)?;
+        if self.sandbox == SandboxKind::Kubernetes {
+            let asked = [
+                ("mounts", !self.mounts.is_empty()),
+                ("site_packages", self.site_packages),
+                ("preload", !self.preload.is_empty()),
+            ];
+            if let Some((key, _)) = asked.into_iter().find(|&(_, set)| set) {
+                return Err(InvalidConfig::NotInKubernetes { key });
+            }
+        }
         self.docker.validate()?;
         Ok(self.kubernetes.validate()?)
     }

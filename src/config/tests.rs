@@ -478,3 +478,18 @@ fn mount_and_preload_names_are_checked_with_the_key_named() {
         assert!(error.contains(expected), "{execution}: {error}");
     }
 }
+
+#[test]
+fn the_kubernetes_sandbox_refuses_mounts_and_packages_rather_than_ignoring_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().display();
+    for (key, value) in [
+        ("mounts", format!("{{data: {{path: {path}}}}}")),
+        ("site_packages", "true".into()),
+        ("preload", "[json]".into()),
+    ] {
+        let error = parse(&format!("execution:\n  sandbox: kubernetes\n  {key}: {value}\n")).unwrap_err();
+        assert!(error.starts_with(&format!("execution.{key}: not available in the kubernetes sandbox")), "{error}");
+        assert!(parse(&format!("execution:\n  sandbox: docker\n  {key}: {value}\n")).is_ok(), "{key}");
+    }
+}
