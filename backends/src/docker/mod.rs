@@ -626,6 +626,7 @@ impl Drop for DockerControl {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::KubernetesSettings;
 
     #[test]
     fn exit_statuses_over_128_are_signals() {
@@ -646,6 +647,8 @@ mod tests {
             python: "python3".into(),
             helper: PathBuf::new(),
             docker: DockerSettings { host: Some(host.into()), ..Default::default() },
+            kubernetes: KubernetesSettings::default(),
+            limits: Limits::default(),
             allow_degraded: false,
             mounts,
             packages: Packages::default(),
