@@ -12,8 +12,11 @@
 //! start, per sandbox (the venv of `PTC_TEST_PACKAGES_PYTHON` from ci/test-deps.sh; under docker the image
 //! `PTC_BENCH_DOCKER_PACKAGES_IMAGE`, default `ptc-mcp-runner:packages` from ci/docker-setup.sh).
 //!
-//! Words after the command choose sections: `precheck`, `sandboxes`, `preload`, `soak` (`ci/bench.sh soak` runs
-//! the soak alone); none runs them all.
+//! Then, per sandbox, a session's second `print(1)` against a fresh run's (same server, pool on), and the
+//! memory (PSS) one idle session's interpreter holds against a bare interpreter's.
+//!
+//! Words after the command choose sections: `precheck`, `sandboxes`, `preload`, `sessions`, `soak`
+//! (`ci/bench.sh soak` runs the soak alone); none runs them all.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -110,8 +113,13 @@ impl Server {
     }
 
     async fn call(&self, code: &str) -> CallToolResult {
-        let params = CallToolRequestParams::new("execute_program")
-            .with_arguments(json!({"code": code}).as_object().unwrap().clone());
+        self.call_with(json!({"code": code})).await
+    }
+
+    /// `execute_program` with these arguments.
+    async fn call_with(&self, arguments: Value) -> CallToolResult {
+        let params =
+            CallToolRequestParams::new("execute_program").with_arguments(arguments.as_object().unwrap().clone());
         self.client.peer().call_tool(params).await.unwrap()
     }
 
@@ -703,6 +711,9 @@ async fn main() {
     if wanted("preload") {
         preload_cost().await;
     }
+    if wanted("sessions") {
+        session_cost().await;
+    }
     if wanted("soak") {
         let runs = std::env::var("PTC_BENCH_SOAK_RUNS")
             .map_or(10_000, |runs| runs.parse().expect("PTC_BENCH_SOAK_RUNS: a number"));
@@ -829,5 +840,54 @@ async fn preload_cost() {
             let ms = |d: Duration| format!("{:.3} ms", d.as_secs_f64() * 1000.0);
             println!("| {name} | {} | {} | {:.3}x |", ms(with), ms(without), ratio(with, without));
         }
+    }
+}
+
+/// What a program prints of its own interpreter's proportional set size, in KiB.
+const OWN_PSS: &str =
+    "print(next(line.split()[1] for line in open('/proc/self/smaps_rollup') if line.startswith('Pss:')))";
+
+/// The p50 of 20 runs of `arguments` (300 ms apart, as a model's calls arrive) that must succeed.
+async fn p50_of_runs(server: &Server, arguments: Value) -> Duration {
+    let mut samples = Vec::new();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let result = server.call_with(arguments.clone()).await;
+        assert_ne!(result.is_error, Some(true), "benchmark program failed: {result:?}");
+        samples.push(started.elapsed());
+    }
+    percentile(&mut samples, 0.5)
+}
+
+/// A session's later `print(1)` against a fresh run's, and an idle session's memory against a bare
+/// interpreter's, per sandbox.
+async fn session_cost() {
+    let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
+    let bare = Command::new("python3").args(["-I", "-S", "-c", OWN_PSS]).output().await.unwrap();
+    let bare_pss: f64 = String::from_utf8_lossy(&bare.stdout).trim().parse().unwrap_or(0.0);
+    for sandbox in sandboxes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (server, _) = start(sandbox, "").await;
+        let probe = server.call("print(1)").await;
+        if probe.is_error == Some(true) {
+            println!("\n{sandbox}: unavailable here, sessions skipped");
+            continue;
+        }
+        let fresh = p50_of_runs(&server, json!({"code": "print(1)"})).await;
+        server.call_with(json!({"code": "x = 1", "session": "bench"})).await;
+        let kept = p50_of_runs(&server, json!({"code": "print(1)", "session": "bench"})).await;
+        let pss = server.call_with(json!({"code": OWN_PSS, "session": "bench"})).await;
+        let text = pss.structured_content.map(|result| result["output"].as_str().unwrap_or_default().to_string());
+        let pss: f64 = text.unwrap_or_default().trim().parse().unwrap_or(0.0);
+        println!("\n### sessions: {sandbox}\n\n| measure | session | baseline | ratio |\n|---|---|---|---|");
+        let ratio = kept.as_secs_f64() / fresh.as_secs_f64().max(1e-9);
+        row("execute `print(1)` p50: a session's later run / a fresh run (pool on)", ms(kept), ms(fresh), ratio);
+        let mib = |kib: f64| format!("{:.1} MiB", kib / 1024.0);
+        row(
+            "an idle session's interpreter (PSS) / a bare `python3 -I -S`",
+            mib(pss),
+            mib(bare_pss),
+            pss / bare_pss.max(1.0),
+        );
     }
 }

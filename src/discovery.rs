@@ -10,7 +10,7 @@ use crate::suggest::closest_tools;
 
 pub const LIST_ARGUMENTS: &[&str] = &["query", "detail", "limit"];
 pub const INSPECT_ARGUMENTS: &[&str] = &["tool_name", "format"];
-pub const EXECUTE_ARGUMENTS: &[&str] = &["code"];
+pub const EXECUTE_ARGUMENTS: &[&str] = &["code", "session"];
 /// Names longer than this are no tool's and are cut in messages (a program can send any length).
 const MAX_NAME_SHOWN: usize = 1024;
 

@@ -20,7 +20,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::engine::{ApprovalRequest, Approver, Caller, Engine, Refusal, RunOptions, RunProgress, RunReport};
+use crate::engine::{
+    ApprovalRequest, Approver, Caller, Engine, Refusal, RunOptions, RunProgress, RunReport, SessionKey,
+};
 use crate::progress::{Relay, Reporter};
 
 /// The key of the one input request an `input_required` result carries.
@@ -72,6 +74,8 @@ pub enum ResumeError {
 /// The request's part of the conversation.
 pub struct Resume<'a> {
     pub code: &'a str,
+    /// The named session the run keeps its interpreter in.
+    pub named_session: Option<SessionKey>,
     pub request_state: Option<String>,
     pub input_responses: Option<InputResponses>,
 }
@@ -89,7 +93,7 @@ impl Parked {
         render: impl Fn(&RunReport) -> CallToolResponse,
     ) -> Result<CallToolResponse, ResumeError> {
         let Run { mut events, mut progress, relay, cancel } = match resume.request_state {
-            None => start(engine, resume.code, session),
+            None => start(engine, resume.code, session, resume.named_session),
             Some(state) => {
                 let parked = self.take(&state, resume.code)?;
                 let accepted = resume
@@ -173,12 +177,18 @@ struct Run {
 }
 
 /// Starts the run on its own task (it outlives this request when it parks).
-fn start(engine: &Arc<Engine>, code: &str, session: String) -> Run {
+fn start(engine: &Arc<Engine>, code: &str, session: String, named_session: Option<SessionKey>) -> Run {
     let (events_tx, events) = mpsc::channel(4);
     let (progress_tx, progress) = watch::channel(RunProgress::default());
     let cancel = CancellationToken::new();
     let approver: Arc<dyn Approver> = Arc::new(AskThroughResult { events: events_tx.clone() });
-    let caller = Caller { session, cancel: cancel.clone(), progress: Some(progress_tx), approver: Some(approver) };
+    let caller = Caller {
+        session,
+        cancel: cancel.clone(),
+        progress: Some(progress_tx),
+        approver: Some(approver),
+        named_session,
+    };
     let relay = Relay::default();
     let options = RunOptions { printed: Some(relay.feed()), ..RunOptions::default() };
     let (engine, code) = (Arc::clone(engine), code.to_string());

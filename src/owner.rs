@@ -21,6 +21,11 @@ impl Owner {
         }
     }
 
+    /// The owner as text (never the credential itself).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// An owner by name, for tests.
     #[cfg(test)]
     pub fn named(name: &str) -> Owner {

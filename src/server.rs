@@ -17,7 +17,7 @@ use crate::config::{ConfigSource, ExecutionConfig, TraceMode};
 use crate::discovery::{
     EXECUTE_ARGUMENTS, InspectRequest, Inspection, ListRequest, Listing, RequestError, check_names, no_servers,
 };
-use crate::engine::{Caller, Engine, Outcome, RunOptions, RunReport};
+use crate::engine::{Caller, Engine, Outcome, RunOptions, RunReport, SessionKey};
 use crate::input_required::{self, Parked, Resume};
 use crate::owner::Owner;
 use crate::progress::{Feed, Reporter};
@@ -125,17 +125,26 @@ impl PtcServer {
             let what = "the Python program to run, as a string";
             return refused(&RequestError::Missing { tool: EXECUTE_TOOL, argument: "code", what }).into();
         };
+        let named_session = match named_session(arguments, context, self.engine.settings()) {
+            Ok(named_session) => named_session,
+            Err(why) => return CallToolResult::error(vec![ContentBlock::text(why)]).into(),
+        };
         let trace = self.engine.settings().trace;
         if tasks::applies(context, self.engine.settings()) {
             let render = move |report: &RunReport| execute_result(report, trace);
-            return match self.held.tasks.start(&self.engine, code, Owner::of(context), session_of(context), render) {
+            let (owner, session) = (Owner::of(context), session_of(context));
+            return match self.held.tasks.start(&self.engine, code, owner, session, named_session, render) {
                 Ok(task) => CallToolResponse::Task(task),
                 Err(refused) => execute_result(&RunReport::failed(Outcome::Error, refused.to_string()), trace).into(),
             };
         }
         if input_required::applies(context, &self.engine) {
-            let resume =
-                Resume { code, request_state: request.request_state, input_responses: request.input_responses };
+            let resume = Resume {
+                code,
+                named_session,
+                request_state: request.request_state,
+                input_responses: request.input_responses,
+            };
             let render = |report: &RunReport| execute_result(report, trace).into();
             return match self.held.parked.execute(&self.engine, resume, session_of(context), context, render).await {
                 Ok(response) => response,
@@ -149,6 +158,7 @@ impl PtcServer {
             cancel: context.ct.clone(),
             progress,
             approver: Some(crate::elicit::approver_for(context)),
+            named_session,
         };
         let options = RunOptions { printed, ..RunOptions::default() };
         let report = self.engine.execute_with(code, caller, options).await;
@@ -157,6 +167,32 @@ impl PtcServer {
         }
         execute_result(&report, trace).into()
     }
+}
+
+/// The session `execute_program` was asked to keep its interpreter in, if any. A session belongs to the client:
+/// its owner (over HTTP, its credential's digest) and, over HTTP, the MCP session it came through (2026-07-28
+/// clients have none: theirs follow the credential).
+fn named_session(
+    arguments: Option<&JsonObject>,
+    context: &RequestContext<RoleServer>,
+    settings: &ExecutionConfig,
+) -> Result<Option<SessionKey>, String> {
+    let name = match arguments.and_then(|arguments| arguments.get("session")) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(name)) => name,
+        Some(_) => return Err("execute_program: session must be a string (a name of your choice)".to_string()),
+    };
+    if settings.sessions.max == 0 {
+        return Err(
+            "execute_program: sessions are off here (execution.sessions.max is 0); run without session".to_string()
+        );
+    }
+    let owner = Owner::of(context);
+    let owner = match context.extensions.get::<HttpSession>() {
+        Some(HttpSession(id)) => format!("{}/{id}", owner.as_str()),
+        None => owner.as_str().to_string(),
+    };
+    SessionKey::new(owner, name).map(Some).map_err(|bad| bad.to_string())
 }
 
 /// A tool's answer to a request it cannot serve.
@@ -285,6 +321,10 @@ fn session_of(context: &RequestContext<RoleServer>) -> String {
 
 fn tool_definitions(settings: &ExecutionConfig) -> Vec<Tool> {
     let read_only = ToolAnnotations::new().read_only(true).destructive(false).open_world(false);
+    let mut execute_arguments = json!({"code": {"type": "string", "description": "The Python program to run."}});
+    if settings.sessions.max > 0 {
+        execute_arguments["session"] = json!({"type": "string"});
+    }
     vec![
         Tool::new(
             LIST_TOOL,
@@ -317,7 +357,7 @@ fn tool_definitions(settings: &ExecutionConfig) -> Vec<Tool> {
             execute_description(settings),
             object_schema(json!({
                 "type": "object",
-                "properties": {"code": {"type": "string", "description": "The Python program to run."}},
+                "properties": execute_arguments,
                 "required": ["code"]
             })),
         )
@@ -356,20 +396,22 @@ fn execute_description(s: &ExecutionConfig) -> String {
     } else {
         ""
     };
+    let session =
+        if s.sessions.max > 0 { " unless session=\"name\" keeps it and the globals for the next run" } else { "" };
     format!(
         "Run a Python program in which every downstream MCP tool is an async function. Prefer it over calling \
 tools one at a time when a task needs several calls, loops, or filtering of large results: intermediate results \
 stay in the program and only what it prints comes back.
 - Call tools (mcp__<server>__<tool>, see list_callable_tools) with keyword arguments and await them: \
 rows = await mcp__db__query(sql=\"...\"). Top-level await works; asyncio.gather runs calls concurrently.{precheck}
-- Results are parsed JSON (dict, list, str, ...); extra text or non-text content is kept under \"_notes\"; \
-show(result) attaches its images and audio to this result, attach(path) a file of the working directory.
+- Results are parsed JSON; extra text or non-text content is kept under \"_notes\"; \
+show(result) attaches its images and audio, attach(path) a file of the working directory.
 - A failing call raises ToolError; catch it to carry on.
 - Only printed output comes back (at most {max_output} bytes); emit(value) also returns one JSON value. \
 progress(message, fraction=None) tells the client how far the run is. list_callable_tools(), inspect_tool() \
 and server_status() work inside programs too.
 - Limits: {timeout}s, {calls} tool calls, {concurrent} at a time. Standard library only; empty environment; \
-the working directory is a scratch directory deleted afterwards.",
+the working directory is a scratch directory deleted afterwards{session}.",
         max_output = s.max_output_bytes,
         timeout = s.timeout_seconds,
         calls = s.max_tool_calls,

@@ -29,7 +29,8 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::ExecutionConfig;
 use crate::engine::{
-    ApprovalRequest, Approver, Caller, Engine, Outcome, Refusal, RunOptions, RunProgress, RunReport, TimeLimit,
+    ApprovalRequest, Approver, Caller, Engine, Outcome, Refusal, RunOptions, RunProgress, RunReport, SessionKey,
+    TimeLimit,
 };
 use crate::input_required::{accepts, approval_elicitation, new_state};
 use crate::owner::Owner;
@@ -146,6 +147,7 @@ impl Tasks {
         code: &str,
         owner: Owner,
         session: String,
+        named_session: Option<SessionKey>,
         render: impl FnOnce(&RunReport) -> CallToolResult + Send + 'static,
     ) -> Result<CreateTaskResult, StartRefused> {
         let (progress_tx, progress) = watch::channel(RunProgress::default());
@@ -160,8 +162,13 @@ impl Tasks {
             }
         });
         let approver: Arc<dyn Approver> = Arc::new(AskThroughTask { entry: Arc::clone(&entry) });
-        let caller =
-            Caller { session, cancel: entry.cancel.clone(), progress: Some(progress_tx), approver: Some(approver) };
+        let caller = Caller {
+            session,
+            cancel: entry.cancel.clone(),
+            progress: Some(progress_tx),
+            approver: Some(approver),
+            named_session,
+        };
         let options = RunOptions { printed: Some(printed), time_limit: Some(self.limit), ..RunOptions::default() };
         let (engine, code, entries, ttl) = (Arc::clone(engine), code.to_string(), Arc::clone(&self.entries), self.ttl);
         let seed = self.describe(&id, &entry).task;

@@ -44,6 +44,7 @@ pub use mounts::{BadName as BadMountName, MAX_NAME as MAX_MOUNT_NAME, Mount, che
 pub use none::NoneBackend;
 pub use packages::Packages;
 pub use python::{Python, PythonError, resolve_python};
+pub use rlimits::cpu_seconds;
 pub use seatbelt::{LayoutError as SeatbeltLayoutError, SeatbeltBackend, printable_profile as seatbelt_profile};
 
 /// What a backend can do on this machine right now.

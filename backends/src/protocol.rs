@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Bumped whenever a message changes shape; checked in the runner's `ready` message.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The longest `progress()` message, in bytes of UTF-8: the runner refuses longer ones; a longer one on the
 /// channel can only be forged.
@@ -123,6 +123,14 @@ pub struct ProgramError {
     pub message: String,
 }
 
+/// What a session's `run` adds: the runner stays up after it, and re-arms its CPU-time limit.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SessionRun {
+    /// CPU seconds the run may use beyond what the interpreter used before it (within the session's hard
+    /// limit).
+    pub cpu_seconds: u64,
+}
+
 /// A message to the runner.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -143,6 +151,9 @@ pub enum ToRunner<'a> {
         max_output_bytes: usize,
         /// The most `attach()` sends of a file: a larger one goes without its data.
         max_attachment_bytes: usize,
+        /// A session's run: the runner keeps its interpreter for the next `run` after its `done`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        session: Option<SessionRun>,
     },
     /// The answer to one `call`, `helper`, `show` or `attach`: `value` (already-serialised JSON, passed through without
     /// another parse) when `ok`, else `error`; for a call, `media` lists the placeholders of the image and
@@ -334,6 +345,7 @@ mod tests {
             progress: false,
             max_output_bytes: 10,
             max_attachment_bytes: 20,
+            session: None,
         };
         assert_eq!(
             String::from_utf8(run.to_line()).unwrap(),
@@ -342,6 +354,19 @@ mod tests {
              \"down\":{\"mcp__d__\":\"server 'd' is unavailable: gone\"},\"precheck\":true,\"progress\":false,\
              \"max_output_bytes\":10,\"max_attachment_bytes\":20}\n"
         );
+        let session_run = ToRunner::Run {
+            code: "x",
+            tools: &tools,
+            not_callable: &not_callable,
+            down: &down,
+            precheck: false,
+            progress: false,
+            max_output_bytes: 10,
+            max_attachment_bytes: 20,
+            session: Some(SessionRun { cpu_seconds: 31 }),
+        };
+        let line = String::from_utf8(session_run.to_line()).unwrap();
+        assert!(line.ends_with(",\"max_attachment_bytes\":20,\"session\":{\"cpu_seconds\":31}}\n"), "{line}");
         let media = ["[non-text content omitted: image (image/png)]".to_string()];
         let with_media = ToRunner::success_parts(5, tools.clone(), &media);
         assert_eq!(

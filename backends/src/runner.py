@@ -1,4 +1,5 @@
-"""ptc-mcp runner, part 3: runs ONE model-written Python program and talks to the server (protocol v3, PROTOCOL.md).
+"""ptc-mcp runner, part 3: runs ONE model-written Python program (or, in a session, one after another) and talks to the
+server (protocol v4, PROTOCOL.md).
 
 packages.py, checks.py and explain.py precede this source (backends/src/protocol.rs joins them):
 `prepare_packages` comes from the first, `Toolbox`, `ToolSpec` and `precheck` from the second, `Results` and
@@ -37,6 +38,9 @@ Design:
   asked for progress (`run.progress`), at most every PROGRESS_INTERVAL (a thread sends the latest when its turn
   comes): a program calling it in a loop does not wait for the server to read each. The server coalesces and
   rate-limits what it passes on.
+* A `run` with `session` keeps the interpreter: after its `done` the runner waits for the next `run` and runs it
+  in the same `__main__` globals (the tools rebound from the new message). Each run re-arms the soft CPU-time
+  limit to the run's share; the hard limit the sandbox set bounds the session's whole life.
 * The runner only keeps the channel clean: the server enforces every limit (time, calls, output) itself.
 """
 import ast
@@ -51,6 +55,7 @@ import json
 import linecache
 import os
 import re
+import resource
 import select
 import stat
 import sys
@@ -60,7 +65,7 @@ import traceback
 import types
 import weakref
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 PROGRESS_MESSAGE_BYTES = 1024  # the longest progress() message, as UTF-8 (protocol.rs: MAX_PROGRESS_MESSAGE)
 PROGRESS_INTERVAL = 0.05  # at most 20 progress messages a second; the server sends the client at most 4
 PROGRAM = "<program>"  # filename of the program's code: the only frames tracebacks show
@@ -108,7 +113,9 @@ class Channel:
         self._scanned = 0  # the buffer's first bytes that hold no newline
         # Reads land here first: os.read would allocate (mmap), shrink and free a 1 MiB buffer every time.
         self._chunk = memoryview(bytearray(LINE_READ_CHUNK))
-        self._run = None  # the first line (the `run` message)
+        self._run = None  # the next `run` message: (parsed message, None) or (None, why it could not be)
+        self._awaiting_run = True  # the next line that is no `result` is a `run` (stale results are dropped)
+        self._run_arrived = threading.Event()
         self._out = out_fd
         self._write_lock = threading.Lock()
         self._closed = False  # set by the final `done`: nothing may follow it
@@ -162,14 +169,18 @@ class Channel:
             self._route(line)
 
     def _route(self, line):
-        if self._run is None:
-            self._run = line
-            return
         try:
             message = json.loads(line)
-            request_id = message["id"] if message.get("type") == "result" else None
+            request_id = message["id"] if type(message) is dict and message.get("type") == "result" else None
+            failure = None
         except Exception as e:  # never let a reader fail, nor a call wait for good
+            failure = e
             message, request_id = undecodable(line, e)
+        if request_id is None and self._awaiting_run:
+            self._awaiting_run = False
+            self._run = (message, None) if failure is None else (None, failure)
+            self._run_arrived.set()
+            return
         waiter = self._settle(request_id) if type(request_id) is int else None
         if waiter is not None:
             try:
@@ -178,11 +189,20 @@ class Channel:
                 pass
 
     def receive_run(self):
-        """The first message: the main thread reads it itself (nothing else waits yet)."""
-        while self._run is None:
-            select.select([self._in], [], [])
+        """The next `run` message (a session's runner waits for one after each `done`): the main thread reads
+        the channel itself meanwhile, and so may a thread the session's program left behind."""
+        while not self._run_arrived.is_set():
+            select.select([self._in], [], [], 0.05)
             self._pump()
-        return json.loads(self._run)
+        (message, failure), self._run = self._run, None
+        if failure is not None:
+            raise failure
+        return message
+
+    def await_next_run(self):
+        """After a session's `done`: the next line that is no `result` is the next run."""
+        self._run_arrived.clear()
+        self._awaiting_run = True
 
     def open_request(self, deliver, loop=None):
         """Reserve the next id; its result goes to deliver(message), on whichever thread reads it. Register
@@ -369,19 +389,23 @@ class Run:
         code, tools, limit = message.get("code"), message.get("tools"), message.get("max_output_bytes")
         not_callable, down, precheck = message.get("not_callable"), message.get("down"), message.get("precheck")
         attach_limit, progress = message.get("max_attachment_bytes"), message.get("progress")
+        session = message.get("session")
         if (type(code) is not str or type(tools) is not list or not all(type(t) is dict for t in tools)
                 or not is_text_map(not_callable) or not is_text_map(down) or type(precheck) is not bool
                 or type(progress) is not bool or type(limit) is not int or limit < 0
-                or type(attach_limit) is not int or attach_limit < 0):
+                or type(attach_limit) is not int or attach_limit < 0
+                or not (session is None or (type(session) is dict and type(session.get("cpu_seconds")) is int
+                                            and session["cpu_seconds"] > 0))):
             raise ValueError("expected {type: run, code: str, tools: [object], not_callable: {str: str}, "
                              "down: {str: str}, precheck: bool, progress: bool, max_output_bytes: int >= 0, "
-                             "max_attachment_bytes: int >= 0}")
+                             "max_attachment_bytes: int >= 0, session?: {cpu_seconds: int > 0}}")
         try:
             self.toolbox = Toolbox(tools, not_callable, down)
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"a tool without {e}") from None
         self.code, self.precheck, self.limit, self.progress = code, precheck, limit, progress
         self.attach_limit = attach_limit
+        self.cpu_seconds = None if session is None else session["cpu_seconds"]  # set: a session's run
 
 
 def is_text_map(value):
@@ -786,16 +810,21 @@ def make_progress(channel, wanted):
     return progress
 
 
-def make_globals(channel, toolbox, book, limit, attach, wanted_progress):
-    """A fresh __main__ module for the program (so pickle, dataclasses, `import __main__` see the program)."""
-    module = types.ModuleType("__main__")
+def make_globals(channel, toolbox, book, limit, attach, wanted_progress, kept=None):
+    """The program's __main__ module (so pickle, dataclasses, `import __main__` see the program), and the tools
+    bound in it: a fresh module, or with `kept` a session's (module, tools) from its earlier runs, whose tools and
+    helpers are rebound for this run (a tool no longer callable is unbound, unless the program rebound its name)."""
+    module, earlier = kept if kept is not None else (types.ModuleType("__main__"), {})
     sys.modules["__main__"] = module
     namespace = module.__dict__
     namespace["__builtins__"] = builtins
-    signatures = {}
+    for name, tool in earlier.items():
+        if name not in toolbox.tools and namespace.get(name) is tool:
+            del namespace[name]
+    signatures, tools = {}, {}
     for name, spec in toolbox.tools.items():
         tool = make_tool(channel, spec, book)
-        namespace[name] = tool
+        namespace[name] = tools[name] = tool
         signatures[tool] = spec.doc
     namespace.update(
         ToolError=ToolError,
@@ -813,7 +842,7 @@ def make_globals(channel, toolbox, book, limit, attach, wanted_progress):
             "Describe one tool: inspect_tool(tool_name=..., format='json'); format='python' gives its signature."),
         server_status=make_helper(channel, "server_status", "Report the server's status and budgets."),
     )
-    return namespace
+    return module, tools
 
 
 def run_program(code, tree, namespace, limit, teach):
@@ -954,13 +983,40 @@ def checked(run):
             "message": clip(f"{lines}\n(checked before running: nothing ran, no tool was called)\n", run.limit)}, tree
 
 
-def finish(channel, drain, streams, error):
-    """Flush program output, point fds 1/2 away from the pipe, forward what it still holds, send done."""
+def flush_output(streams):
     for stream in (sys.stdout, sys.stderr, *streams):
         try:
             stream.flush()
         except BaseException:  # closed, replaced or hostile streams
             pass
+
+
+def hand_back(channel, drain, streams, error):
+    """A session's run is over: flush and forward its output, send done, and wait for the next run (what the
+    program left running may still print: that goes out with the next run)."""
+    flush_output(streams)
+    drain.drain(deadline=time.monotonic() + FINAL_DRAIN_SECONDS)
+    channel.await_next_run()
+    channel.send({"type": "done", "error": error})
+
+
+def rearm_cpu(seconds):
+    """A session's run may use `seconds` of CPU time beyond what its interpreter used so far (SIGXCPU ends the
+    session past them), within the hard limit the sandbox set for the session's whole life."""
+    try:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = int(usage.ru_utime + usage.ru_stime) + 1 + seconds
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (OSError, ValueError):  # the program lowered the hard limit below its use: SIGXCPU decides
+        pass
+
+
+def finish(channel, drain, streams, error):
+    """Flush program output, point fds 1/2 away from the pipe, forward what it still holds, send done."""
+    flush_output(streams)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(null, 2)
@@ -981,22 +1037,29 @@ def main():
     threading.Thread(target=drain.run, name="ptc-output", daemon=True).start()
     threading.Thread(target=channel.serve_results, name="ptc-reader", daemon=True).start()
     channel.send({"type": "ready", "version": PROTOCOL_VERSION})
-    try:
-        run = Run(channel.receive_run())
-    except Exception as e:
-        channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
-                     last=True)
-        os._exit(0)
-    if preload_failed:
-        error = {"kind": "PreloadError", "message": preload_failed + "\n"}
-    else:
-        error, tree = checked(run)
-    if error is None:
-        book = CallBook()
-        attach = make_attach(channel, workdir, options.get("mounts", ()), run.attach_limit)
-        namespace = make_globals(channel, run.toolbox, book, run.limit, attach, run.progress)
-        error = run_program(run.code, tree, namespace, run.limit, make_teacher(run.toolbox, book, run.code, workdir))
-    finish(channel, drain, streams, error)
+    kept = None  # a session's module and tools, from its earlier runs
+    while True:
+        try:
+            run = Run(channel.receive_run())
+        except Exception as e:
+            channel.send({"type": "done", "error": {"kind": "ProtocolError", "message": f"bad run message: {e}"}},
+                         last=True)
+            os._exit(0)
+        if run.cpu_seconds is not None:
+            rearm_cpu(run.cpu_seconds)
+        if preload_failed:
+            error = {"kind": "PreloadError", "message": preload_failed + "\n"}
+        else:
+            error, tree = checked(run)
+        if error is None:
+            book = CallBook()
+            attach = make_attach(channel, workdir, options.get("mounts", ()), run.attach_limit)
+            kept = make_globals(channel, run.toolbox, book, run.limit, attach, run.progress, kept)
+            teach = make_teacher(run.toolbox, book, run.code, workdir)
+            error = run_program(run.code, tree, kept[0].__dict__, run.limit, teach)
+        if run.cpu_seconds is None:
+            finish(channel, drain, streams, error)
+        hand_back(channel, drain, streams, error)
 
 
 main()

@@ -170,7 +170,7 @@ class Installed(unittest.TestCase):
             proc.stdin.close()
             err = proc.stderr.read()
             proc.wait(timeout=60)
-        self.assertEqual(messages[0], {"type": "ready", "version": 3}, err)
+        self.assertEqual(messages[0], {"type": "ready", "version": 4}, err)
         self.assertIn({"type": "output", "data": "42\n"}, messages)
         self.assertEqual(messages[-1], {"type": "done", "error": None})
 

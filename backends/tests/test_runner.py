@@ -91,7 +91,7 @@ class RunnerTest(unittest.TestCase):
     def start(self, options=None, setup=None):
         runner = Runner(options, setup)
         self.addCleanup(runner.close)
-        self.assertEqual(runner.recv(), {"type": "ready", "version": 3})
+        self.assertEqual(runner.recv(), {"type": "ready", "version": 4})
         return runner
 
     def run_program(self, code, tools=(), answer=None, max_output_bytes=65536, runner=None, **run):
@@ -1266,6 +1266,90 @@ class RunnerTest(unittest.TestCase):
         self.assert_success(messages)
         forged = [m for m in messages if m == {"type": "emit", "value": "forged"}]
         self.assertLessEqual(len(forged), 1)
+
+    # --- sessions: one interpreter, run after run ------------------------------------------------
+    def session_run(self, runner, code, tools=(), answer=None, cpu_seconds=30):
+        """One run of a session's runner, to its `done`; the runner stays up for the next."""
+        message = dict(run_message(textwrap.dedent(code), tools), session={"cpu_seconds": cpu_seconds})
+        runner.send(message)
+        messages = []
+        while True:
+            message = runner.recv(timeout=15)
+            if message is None:
+                self.fail(f"EOF before done; got {messages}, stderr {runner.stderr}")
+            messages.append(message)
+            if message["type"] == "done":
+                return messages
+            if message["type"] == "call" and answer is not None:
+                runner.send(answer(message))
+
+    def test_a_session_keeps_globals_imports_and_files_from_run_to_run(self):
+        runner = self.start()
+        first = self.session_run(runner, """
+            import statistics
+            rows = [3, 1, 2]
+            def total(): return sum(rows)
+            open("notes.txt", "w").write("kept")
+            print("loaded")
+        """)
+        self.assert_success(first)
+        second = self.session_run(runner, "rows.append(4); print(total(), statistics.median(rows), open('notes.txt').read())")
+        self.assert_success(second)
+        self.assertEqual(self.output(second), "10 2.5 kept\n")
+        self.assertIsNone(runner.proc.poll(), "the session's runner waits for the next run")
+
+    def test_a_failed_run_keeps_the_session_and_what_ran_before_the_error(self):
+        runner = self.start()
+        failed = self.session_run(runner, "x = 41\nraise ValueError('boom')")
+        self.assertEqual(self.error_of(failed)["kind"], "ValueError")
+        again = self.session_run(runner, "print(x + 1)")
+        self.assert_success(again)
+        self.assertEqual(self.output(again), "42\n")
+
+    def test_a_session_rebinds_its_tools_each_run_and_drops_those_gone(self):
+        runner = self.start()
+        answer = lambda call: ok(call, call["tool"])
+        first = self.session_run(runner, "print(await mcp__a__x())\nkeep = mcp__a__y", ["mcp__a__x", "mcp__a__y"], answer)
+        self.assertEqual(self.output(first), "mcp__a__x\n")
+        second = self.session_run(runner, """
+            print('mcp__a__y' in globals(), await keep())
+            print(await mcp__b__z())
+        """, ["mcp__b__z"], answer, )
+        self.assert_success(second)
+        self.assertEqual(self.output(second), "False mcp__a__y\nmcp__b__z\n",
+                         "an old tool kept under a name of the program's still works; unbound names are gone")
+
+    def test_a_result_left_over_from_an_earlier_run_is_dropped_not_taken_for_the_next_run(self):
+        runner = self.start()
+        first = self.session_run(runner, """
+            import asyncio
+            try:
+                await asyncio.wait_for(mcp__a__slow(), 0.1)
+            except asyncio.TimeoutError:
+                print("gave up")
+        """, ["mcp__a__slow"])
+        self.assertEqual(self.output(first), "gave up\n")
+        call = self.of_type(first, "call")[0]
+        runner.send(ok(call, "late"))
+        self.assert_success(self.session_run(runner, "print('next')"))
+
+    def test_each_session_run_gets_its_cpu_time_beyond_what_the_interpreter_used(self):
+        runner = self.start()
+        code = """
+            import resource
+            used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            print(0 < soft - used <= 7)
+        """
+        for _ in range(2):
+            messages = self.session_run(runner, code, cpu_seconds=5)
+            self.assertEqual(self.output(messages), "True\n", messages)
+
+    def test_a_run_without_session_after_a_session_run_ends_the_runner(self):
+        runner = self.start()
+        self.assert_success(self.session_run(runner, "x = 1"))
+        messages = self.run_program("print(x)", runner=runner)
+        self.assertEqual(self.output(messages), "1\n")
 
     # --- channel EOF ----------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ pub async fn run(config: &Config, file: &Path) -> u8 {
         }
         let (printed, arriving) = mpsc::channel(PRINTED_QUEUE);
         let shown = tokio::task::spawn_blocking(move || show_as_it_arrives(arriving));
-        let caller = Caller { session: "cli".to_string(), cancel: stop.clone(), progress: None, approver: None };
+        let caller = Caller { session: "cli".to_string(), cancel: stop.clone(), ..Caller::default() };
         let options = RunOptions { printed: Some(printed), servers_awaited: true, ..RunOptions::default() };
         let report = app.engine.execute_with(&code, caller, options).await;
         let shown = shown.await.unwrap_or_default();

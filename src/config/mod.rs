@@ -190,6 +190,30 @@ pub struct ExecutionConfig {
     pub site_packages: bool,
     /// Modules runners import before their program arrives.
     pub preload: Vec<String>,
+    /// Named sessions: runners kept alive between the runs of one client.
+    pub sessions: SessionsConfig,
+}
+
+/// `execution.sessions`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Live sessions at once, over every client; 0 turns sessions off.
+    pub max: usize,
+    /// A session no run used for this long ends.
+    pub idle_timeout_seconds: f64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig { max: 8, idle_timeout_seconds: 900.0 }
+    }
+}
+
+impl SessionsConfig {
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.idle_timeout_seconds)
+    }
 }
 
 impl Default for ExecutionConfig {
@@ -218,6 +242,7 @@ impl Default for ExecutionConfig {
             mounts: BTreeMap::new(),
             site_packages: false,
             preload: Vec::new(),
+            sessions: SessionsConfig::default(),
         }
     }
 }
@@ -530,6 +555,7 @@ impl ExecutionConfig {
             ("tool_call_timeout_seconds", self.tool_call_timeout_seconds),
             ("task_timeout_seconds", self.task_timeout_seconds),
             ("task_ttl_seconds", self.task_ttl_seconds),
+            ("sessions.idle_timeout_seconds", self.sessions.idle_timeout_seconds),
         ];
         for (key, value) in positive_seconds {
             check_seconds(&format!("execution.{key}"), value)?;

@@ -160,6 +160,11 @@ fn errors_name_the_key_and_what_is_expected() {
         ),
         ("execution:\n  task_ttl_seconds: 90000\n", "execution.task_ttl_seconds: must be a number of seconds above 0"),
         ("execution:\n  max_tasks_per_client: -1\n", "execution.max_tasks_per_client: invalid value"),
+        (
+            "execution:\n  sessions:\n    idle_timeout_seconds: 0\n",
+            "execution.sessions.idle_timeout_seconds: must be a number of seconds above 0",
+        ),
+        ("execution:\n  sessions:\n    keep: 3\n", "execution.sessions.keep: unknown field `keep`"),
         ("servers:\n  - name: a\n    transport: stdio\n", "servers[0] ('a').command: required for transport stdio"),
         ("servers:\n  - name: a\n    transport: http\n", "servers[0] ('a').url: required for transport http"),
         (

@@ -14,6 +14,7 @@ mod record;
 mod report;
 mod run;
 mod sandbox;
+mod session;
 #[cfg(test)]
 mod testing;
 mod trace;
@@ -24,6 +25,7 @@ mod trim;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ptc_backends::protocol::SessionRun;
 use ptc_backends::{Availability, SandboxBackend, SpawnRequest};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -37,6 +39,8 @@ pub use approval::{ApprovalRequest, Approver, ConfirmPolicy, Refusal};
 use expiry::{Expired, Expiry};
 pub use report::{Outcome, RunReport};
 use sandbox::{Prepared, Preparing, Sandbox};
+pub use session::{BadName, SessionKey};
+use session::{Claim, Sessions};
 
 /// Who asked for a run, and how to reach them while it runs.
 #[derive(Debug, Clone, Default)]
@@ -49,6 +53,8 @@ pub struct Caller {
     pub progress: Option<watch::Sender<RunProgress>>,
     /// Asks the person behind the client to approve calls of `tools.confirm` (`None`: nobody can be asked).
     pub approver: Option<Arc<dyn Approver>>,
+    /// The named session the run keeps its interpreter in (`execute_program`'s `session`).
+    pub named_session: Option<SessionKey>,
 }
 
 impl std::fmt::Debug for dyn Approver {
@@ -126,18 +132,22 @@ pub struct Engine {
     confirm: Option<ConfirmPolicy>,
     /// Every finished run is counted here too.
     metrics: RunMetrics,
+    /// Named sessions: runners kept between the runs of one client.
+    sessions: Sessions,
 }
 
 impl Engine {
     pub fn new(backend: Arc<dyn SandboxBackend>, registry: Arc<Registry>, settings: ExecutionConfig) -> Self {
         let request = SpawnRequest { limits: settings.limits.clone(), timeout: settings.timeout() };
         let task_timeout = (settings.max_tasks_per_client > 0).then(|| TimeLimit::of_tasks(&settings).duration());
+        let cleanups = TaskTracker::new();
         Engine {
+            sessions: Sessions::new(&settings.sessions, cleanups.clone()),
             sandbox: Arc::new(Sandbox::new(backend, request, settings.pool_size, task_timeout)),
             metrics: RunMetrics::new(registry.server_names()),
             runs: TaskTracker::new(),
             stopping: CancellationToken::new(),
-            cleanups: TaskTracker::new(),
+            cleanups,
             registry,
             settings,
             audit: None,
@@ -212,6 +222,7 @@ impl Engine {
         self.runs.close();
         self.runs.wait().await;
         self.sandbox.close_pool().await;
+        self.sessions.close().await;
         self.cleanups.close();
         self.cleanups.wait().await;
         self.sandbox.shutdown_backend().await;
@@ -240,7 +251,7 @@ impl Engine {
     /// The run, every phase of it raced against one expiry: the time limit, the client's cancel and the
     /// server's shutdown.
     async fn run(&self, code: &str, caller: Caller, options: RunOptions) -> RunReport {
-        let Caller { cancel, progress, approver, .. } = caller;
+        let Caller { cancel, progress, approver, named_session, .. } = caller;
         let RunOptions { printed, servers_awaited, time_limit } = options;
         let limit = time_limit.unwrap_or(TimeLimit::of_runs(&self.settings));
         // Before the run's time starts: a person may take a while to log in.
@@ -256,26 +267,26 @@ impl Engine {
             },
             None => None,
         };
-        let (phase, preparing) = watch::channel(Preparing::Probe);
-        let (sandbox, registry) = (Arc::clone(&self.sandbox), Arc::clone(&self.registry));
-        // On a task of its own, so that the expiry is watched even while a backend's start holds its thread;
-        // dropped (its runner killed) when the run ends first.
-        let first_connections = !servers_awaited;
-        let preparation = AbortOnDropHandle::new(tokio::spawn(async move {
-            sandbox.prepare(&registry, first_connections, limit.duration(), phase).await
-        }));
-        let Prepared { runner, lease: _lease } = match expiry.race(preparation).await {
-            Ok(Ok(Ok(prepared))) => prepared,
-            Ok(Ok(Err(unprepared))) => {
-                return RunReport::failed(Outcome::Sandbox, format!("SandboxError: {unprepared}"));
-            }
-            Ok(Err(failed)) => match failed.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                // Only the runtime's own shutdown cancels it.
-                Err(_) => return self.not_started(Expired::Stopped, limit, *preparing.borrow()),
+        let mut claim = match named_session {
+            Some(key) => match expiry.race(self.sessions.claim(key)).await {
+                Ok(Ok(claim)) => Some(claim),
+                Ok(Err(full)) => return RunReport::failed(Outcome::Error, full.to_string()),
+                Err(expired) => return self.not_started(expired, limit, Preparing::Session),
             },
-            Err(expired) => return self.not_started(expired, limit, *preparing.borrow()),
+            None => None,
         };
+        let (runner, _lease) = match claim.as_mut().and_then(Claim::take_runner) {
+            Some(kept) => (kept, None),
+            None => {
+                // A session's runner gets the CPU time of many runs (each run re-arms its share of it).
+                let cpu_limit = if claim.is_some() { limit.duration() * session::CPU_RUNS } else { limit.duration() };
+                match self.prepare(&expiry, !servers_awaited, cpu_limit, limit).await {
+                    Ok(Prepared { runner, lease }) => (runner, lease),
+                    Err(report) => return report,
+                }
+            }
+        };
+        let session = claim.as_ref().map(|_| SessionRun { cpu_seconds: ptc_backends::cpu_seconds(limit.duration()) });
         let context = run::RunContext {
             registry: &self.registry,
             settings: &self.settings,
@@ -286,8 +297,42 @@ impl Engine {
             printed,
             approval: self.confirm.clone().map(|policy| approval::Approval { policy, approver }),
             cleanups: &self.cleanups,
+            session,
         };
-        run::drive(runner, context).await
+        let (mut report, kept) = run::drive(runner, context).await;
+        if let Some(claim) = claim {
+            report.session = Some(claim.finish(kept, &report));
+        }
+        report
+    }
+
+    /// A runner for the run, whose CPU-time limit follows `cpu_limit`, with the servers it needs connected
+    /// (with `first_connections`, those making their first connection are waited for); `Err` is the run's
+    /// report when that ends first.
+    async fn prepare(
+        &self,
+        expiry: &Expiry,
+        first_connections: bool,
+        cpu_limit: Duration,
+        limit: TimeLimit,
+    ) -> Result<Prepared, RunReport> {
+        let (phase, preparing) = watch::channel(Preparing::Probe);
+        let (sandbox, registry) = (Arc::clone(&self.sandbox), Arc::clone(&self.registry));
+        // On a task of its own, so that the expiry is watched even while a backend's start holds its thread;
+        // dropped (its runner killed) when the run ends first.
+        let preparation = AbortOnDropHandle::new(tokio::spawn(async move {
+            sandbox.prepare(&registry, first_connections, cpu_limit, phase).await
+        }));
+        match expiry.race(preparation).await {
+            Ok(Ok(Ok(prepared))) => Ok(prepared),
+            Ok(Ok(Err(unprepared))) => Err(RunReport::failed(Outcome::Sandbox, format!("SandboxError: {unprepared}"))),
+            Ok(Err(failed)) => match failed.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Only the runtime's own shutdown cancels it.
+                Err(_) => Err(self.not_started(Expired::Stopped, limit, *preparing.borrow())),
+            },
+            Err(expired) => Err(self.not_started(expired, limit, *preparing.borrow())),
+        }
     }
 
     /// The report of a run that ended before its program started, while `phase` was under way.

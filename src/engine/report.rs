@@ -5,6 +5,7 @@ use rmcp::model::ContentBlock;
 use serde_json::{Value, json};
 
 use super::TimeLimit;
+use super::session::SessionInfo;
 use super::trace::Trace;
 use crate::config::TraceMode;
 
@@ -74,6 +75,8 @@ pub struct RunReport {
     pub attachments: Vec<ContentBlock>,
     /// The files among them, in words (`file out/data.csv (text/csv)`).
     pub files: Vec<String>,
+    /// The session the run used, if it named one.
+    pub session: Option<SessionInfo>,
 }
 
 impl RunReport {
@@ -117,6 +120,10 @@ impl RunReport {
         if !self.files.is_empty() {
             text.push_str(&format!("\n[attached: {}]", self.files.join(", ")));
         }
+        if let Some(session) = &self.session {
+            text.push('\n');
+            text.push_str(&session.lines());
+        }
         if trace_mode == TraceMode::Summary
             && let Some(summary) = self.trace.summary(self.error.as_deref(), &self.output)
         {
@@ -138,6 +145,9 @@ impl RunReport {
         if not_listed > 0 {
             // Calls refused for the exhausted budget, and any past the listing's size budget, are counted.
             structured["tool_calls_not_listed"] = not_listed.into();
+        }
+        if let Some(session) = &self.session {
+            structured["session"] = serde_json::to_value(session).expect("session info serialises");
         }
         structured
     }

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ptc_backends::protocol::{FromRunner, MAX_PROGRESS_MESSAGE, ProgramError, ToRunner};
+use ptc_backends::protocol::{FromRunner, MAX_PROGRESS_MESSAGE, ProgramError, SessionRun, ToRunner};
 use ptc_backends::{ExitInfo, RunnerControl};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
@@ -56,6 +56,9 @@ const MAX_TOOL_NAME: usize = 1024;
 const QUEUED_WORK: usize = 8;
 /// The exception class name as kept.
 const MAX_ERROR_KIND: usize = 200;
+/// After a session's run, how long the lines still queued for its runner may take to be written: a runner
+/// that does not read them by then is not kept.
+const HAND_BACK_WAIT: Duration = Duration::from_secs(2);
 
 pub(super) struct RunContext<'a> {
     pub registry: &'a Arc<Registry>,
@@ -74,6 +77,8 @@ pub(super) struct RunContext<'a> {
     pub approval: Option<Approval>,
     /// Where the run's clean-up goes on after its result (waited for at shutdown).
     pub cleanups: &'a TaskTracker,
+    /// A session's run: the runner is handed back after a `done`, for the session's next run.
+    pub session: Option<SessionRun>,
 }
 
 /// How the protocol loop ended.
@@ -128,7 +133,9 @@ pub(super) fn max_line(settings: &ExecutionConfig) -> usize {
     max_arguments(settings).max(settings.max_output_bytes).max(file).saturating_add(LINE_SLACK)
 }
 
-pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport {
+/// Runs the program on `runner` to its end; for a session's run that ended with a `done`, also the runner,
+/// still up and past the run's lines, for the session's next run.
+pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> (RunReport, Option<ReadyRunner>) {
     let ReadyRunner { to_runner, mut reader, mut control } = runner;
     let (lines_tx, lines_rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
     let writer = tokio::spawn(write_lines(to_runner, lines_rx));
@@ -141,17 +148,31 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> RunReport 
     };
 
     run.work.abort_all();
+    if cx.session.is_some() && matches!(ending, Ending::Done(_)) {
+        // Aborted tasks drop their senders once they are gone; then the writer ends after what is queued.
+        while run.work.join_next().await.is_some() {}
+        let report = run.into_report(ending, cx.settings, cx.limit);
+        if let Ok(Ok(Some(to_runner))) = tokio::time::timeout(HAND_BACK_WAIT, writer).await {
+            return (report, Some(ReadyRunner { to_runner, reader, control }));
+        }
+        retire(control, cx.cleanups);
+        return (report, None);
+    }
     writer.abort();
-    // Everything the run started is killed now; reaping it and removing its scratch directory or container
-    // take milliseconds that the result does not wait for.
+    retire(control, cx.cleanups);
+    (run.into_report(ending, cx.settings, cx.limit), None)
+}
+
+/// Kills everything the run started now; reaping it and removing its scratch directory or container take
+/// milliseconds that the result does not wait for.
+fn retire(mut control: Box<dyn RunnerControl>, cleanups: &TaskTracker) {
     control.start_kill();
-    cx.cleanups.spawn(async move {
+    cleanups.spawn(async move {
         control.kill().await;
         // Dropping it removes the scratch directory, which a program may have filled with many files: not on
         // the runtime's thread (the stdio server has only one).
         let _ = tokio::task::spawn_blocking(move || drop(control)).await;
     });
-    run.into_report(ending, cx.settings, cx.limit)
 }
 
 impl From<Expired> for Ending {
@@ -179,6 +200,7 @@ async fn send_program(cx: &RunContext<'_>, lines_tx: &mpsc::Sender<Outgoing>) {
         progress: cx.progress.is_some(),
         max_output_bytes: cx.settings.max_output_bytes,
         max_attachment_bytes: cx.settings.max_attachment_bytes,
+        session: cx.session,
     };
     let _ = lines_tx.send(vec![program.to_line()]).await;
 }
@@ -516,7 +538,7 @@ impl<'a> RunState<'a> {
         // reply stays within max_output_bytes and a small margin whatever the program does.
         let taken = error.as_ref().map_or(0, String::len) + self.result.as_ref().map_or(0, json_size);
         let output = self.output.finish(budget.saturating_sub(taken));
-        RunReport { outcome, output, result: self.result, error, trace, attachments, files }
+        RunReport { outcome, output, result: self.result, error, trace, attachments, files, session: None }
     }
 }
 
@@ -566,21 +588,22 @@ fn helper(registry: &Registry, name: &str, args: &Map<String, Value>) -> Result<
 /// A line to the runner, in the parts it was built in (see [`ToRunner::success_parts`]).
 type Outgoing = Vec<Vec<u8>>;
 
-async fn write_lines(mut to_runner: Pin<Box<dyn AsyncWrite + Send>>, mut lines: mpsc::Receiver<Outgoing>) {
+/// Writes the lines until every sender is gone; then the stream, unless a write failed.
+async fn write_lines(
+    mut to_runner: Pin<Box<dyn AsyncWrite + Send>>,
+    mut lines: mpsc::Receiver<Outgoing>,
+) -> Option<Pin<Box<dyn AsyncWrite + Send>>> {
     while let Some(mut parts) = lines.recv().await {
         // Whatever else is ready goes out with it.
         while let Ok(more) = lines.try_recv() {
             parts.extend(more);
         }
         for chunk in gather(parts) {
-            if to_runner.write_all(&chunk).await.is_err() {
-                return;
-            }
+            to_runner.write_all(&chunk).await.ok()?;
         }
-        if to_runner.flush().await.is_err() {
-            return;
-        }
+        to_runner.flush().await.ok()?;
     }
+    Some(to_runner)
 }
 
 /// The parts to write, each short run of them joined into one buffer; a long part (a large result) is

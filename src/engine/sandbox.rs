@@ -57,6 +57,8 @@ pub enum Unprepared {
 /// What a run's preparation is waiting for, for the message when the run ends first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preparing {
+    /// The run's session was busy with an earlier run.
+    Session,
     Probe,
     Runner,
     Servers,
@@ -65,6 +67,7 @@ pub enum Preparing {
 impl std::fmt::Display for Preparing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            Preparing::Session => "an earlier run of its session was still running",
             Preparing::Probe => "the sandbox's availability check had not finished",
             Preparing::Runner => "the sandbox had not started a runner for it yet",
             Preparing::Servers => "downstream servers were still making their first connection",

@@ -33,6 +33,7 @@ fn server_line(message: &Value, catalog: &Catalog) -> Vec<u8> {
                 progress: message["progress"].as_bool().unwrap(),
                 max_output_bytes: message["max_output_bytes"].as_u64().unwrap() as usize,
                 max_attachment_bytes: message["max_attachment_bytes"].as_u64().unwrap() as usize,
+                session: None,
             }
             .to_line()
         }

@@ -36,6 +36,7 @@ mod replicas;
 mod results_shapes;
 mod scratch;
 mod seatbelt;
+mod sessions;
 mod shell;
 mod show;
 mod shutdown;

@@ -49,7 +49,7 @@ async fn execute_program_refuses_an_argument_it_does_not_take_naming_those_it_do
     let ptc = ptc_with_mock("").await;
     let result = ptc.call("execute_program", json!({"code": "print('ran')", "timeout": 300})).await;
     assert_eq!(result.is_error, Some(true));
-    assert_eq!(text_block(&result, 0), "execute_program got an unexpected argument 'timeout'; it takes code");
+    assert_eq!(text_block(&result, 0), "execute_program got an unexpected argument 'timeout'; it takes code, session");
     assert_eq!(result.structured_content, None, "the program ran");
 }
 
