@@ -13,7 +13,7 @@
 //! `PTC_BENCH_DOCKER_PACKAGES_IMAGE`, default `ptc-mcp-runner:packages` from ci/docker-setup.sh).
 //!
 //! Then, per sandbox, a session's second `print(1)` against a fresh run's (same server, pool on), and the
-//! memory (PSS) one idle session's interpreter holds against a bare interpreter's.
+//! memory (peak RSS) one idle session's interpreter holds against a bare interpreter's.
 //!
 //! Words after the command choose sections: `precheck`, `sandboxes`, `preload`, `sessions`, `soak`
 //! (`ci/bench.sh soak` runs the soak alone); none runs them all.
@@ -843,9 +843,9 @@ async fn preload_cost() {
     }
 }
 
-/// What a program prints of its own interpreter's proportional set size, in KiB.
-const OWN_PSS: &str =
-    "print(next(line.split()[1] for line in open('/proc/self/smaps_rollup') if line.startswith('Pss:')))";
+/// What a program prints of its own interpreter's peak resident set, in KiB (from getrusage: every sandbox
+/// has it, where `landlock` shows no /proc).
+const OWN_RSS: &str = "import resource\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)";
 
 /// The p50 of 20 runs of `arguments` (300 ms apart, as a model's calls arrive) that must succeed.
 async fn p50_of_runs(server: &Server, arguments: Value) -> Duration {
@@ -864,8 +864,8 @@ async fn p50_of_runs(server: &Server, arguments: Value) -> Duration {
 /// interpreter's, per sandbox.
 async fn session_cost() {
     let sandboxes = std::env::var("PTC_BENCH_SANDBOXES").unwrap_or_else(|_| "none,landlock".to_string());
-    let bare = Command::new("python3").args(["-I", "-S", "-c", OWN_PSS]).output().await.unwrap();
-    let bare_pss: f64 = String::from_utf8_lossy(&bare.stdout).trim().parse().unwrap_or(0.0);
+    let bare = Command::new("python3").args(["-I", "-S", "-c", OWN_RSS]).output().await.unwrap();
+    let bare_rss: f64 = String::from_utf8_lossy(&bare.stdout).trim().parse().unwrap_or(0.0);
     for sandbox in sandboxes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (server, _) = start(sandbox, "").await;
         let probe = server.call("print(1)").await;
@@ -876,18 +876,18 @@ async fn session_cost() {
         let fresh = p50_of_runs(&server, json!({"code": "print(1)"})).await;
         server.call_with(json!({"code": "x = 1", "session": "bench"})).await;
         let kept = p50_of_runs(&server, json!({"code": "print(1)", "session": "bench"})).await;
-        let pss = server.call_with(json!({"code": OWN_PSS, "session": "bench"})).await;
-        let text = pss.structured_content.map(|result| result["output"].as_str().unwrap_or_default().to_string());
-        let pss: f64 = text.unwrap_or_default().trim().parse().unwrap_or(0.0);
+        let rss = server.call_with(json!({"code": OWN_RSS, "session": "bench"})).await;
+        let text = rss.structured_content.map(|result| result["output"].as_str().unwrap_or_default().to_string());
+        let rss: f64 = text.unwrap_or_default().trim().parse().unwrap_or(0.0);
         println!("\n### sessions: {sandbox}\n\n| measure | session | baseline | ratio |\n|---|---|---|---|");
         let ratio = kept.as_secs_f64() / fresh.as_secs_f64().max(1e-9);
         row("execute `print(1)` p50: a session's later run / a fresh run (pool on)", ms(kept), ms(fresh), ratio);
         let mib = |kib: f64| format!("{:.1} MiB", kib / 1024.0);
         row(
-            "an idle session's interpreter (PSS) / a bare `python3 -I -S`",
-            mib(pss),
-            mib(bare_pss),
-            pss / bare_pss.max(1.0),
+            "an idle session's interpreter, peak RSS / a bare `python3 -I -S`'s",
+            mib(rss),
+            mib(bare_rss),
+            rss / bare_rss.max(1.0),
         );
     }
 }

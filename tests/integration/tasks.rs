@@ -137,7 +137,12 @@ impl Client {
 
     /// `execute_program`: the result (a task, or a tool result).
     pub async fn execute(&mut self, code: &str) -> Value {
-        let answer = self.request("tools/call", json!({"name": "execute_program", "arguments": {"code": code}})).await;
+        self.execute_with(json!({"code": code})).await
+    }
+
+    /// `execute_program` with these arguments.
+    pub async fn execute_with(&mut self, arguments: Value) -> Value {
+        let answer = self.request("tools/call", json!({"name": "execute_program", "arguments": arguments})).await;
         let result = answer["result"].clone();
         assert!(result.is_object(), "{answer}");
         match result["resultType"].as_str() {
@@ -149,7 +154,12 @@ impl Client {
 
     /// Starts `code` as a task; its id, or `None` (skipped) when the sandbox cannot run programs.
     pub async fn start(&mut self, code: &str) -> String {
-        let task = self.execute(code).await;
+        self.start_with(json!({"code": code})).await
+    }
+
+    /// Starts `execute_program` with these arguments as a task; its id.
+    pub async fn start_with(&mut self, arguments: Value) -> String {
+        let task = self.execute_with(arguments).await;
         assert_eq!(task["resultType"], "task", "{task}");
         assert_eq!(task["status"], "working", "{task}");
         for key in ["createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"] {
@@ -512,4 +522,23 @@ async fn without_the_extension_nothing_changes_and_tasks_requests_are_refused() 
     let mut off = Client::stdio(&task_config("  max_tasks_per_client: 0\n"), None).await;
     let answered = off.execute("print('direct')").await;
     assert_eq!(result_text(&answered), "[Script executed successfully]\ndirect", "{answered}");
+}
+
+#[apply(integration_test!)]
+async fn a_task_runs_in_its_named_session_like_a_direct_run() {
+    let mut client = Client::stdio(&task_config(""), None).await;
+    let first = client.start_with(json!({"code": "x = 41", "session": "s"})).await;
+    let done = client.finished(&first).await;
+    if unusable(&done) {
+        return;
+    }
+    assert_eq!(done["result"]["structuredContent"]["session"], json!({"name": "s", "new": true, "runs": 1}), "{done}");
+    let second = client.start_with(json!({"code": "print(x + 1)", "session": "s"})).await;
+    let done = client.finished(&second).await;
+    let structured = &done["result"]["structuredContent"];
+    assert_eq!(structured["output"], json!("42\n"), "{done}");
+    assert_eq!(structured["session"], json!({"name": "s", "new": false, "runs": 2}));
+    client.tasks = false;
+    let direct = client.execute_with(json!({"code": "print(x)", "session": "s"})).await;
+    assert_eq!(direct["structuredContent"]["output"], json!("41\n"), "a direct run finds the same session: {direct}");
 }
