@@ -202,6 +202,11 @@ impl Engine {
         self.sandbox.pool_counts()
     }
 
+    /// Named sessions live now.
+    pub fn live_sessions(&self) -> usize {
+        self.sessions.live()
+    }
+
     /// Whether the sandbox can run programs, as far as is known without waiting (see [`Sandbox::usable_now`]).
     pub fn sandbox_usable_now(&self) -> Option<bool> {
         self.sandbox.usable_now()

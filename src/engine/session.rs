@@ -180,6 +180,11 @@ impl Sessions {
         }
     }
 
+    /// Sessions live now (those being started included).
+    pub fn live(&self) -> usize {
+        lock(&self.inner.slots).len()
+    }
+
     /// At shutdown, once no run is under way and before the clean-ups are waited for: ends every session,
     /// killing its runner.
     pub async fn close(&self) {

@@ -56,6 +56,8 @@ pub struct Gauges {
     pub pool_starting: usize,
     pub sessions: usize,
     pub connections: usize,
+    /// Named sessions of `execute_program` live now.
+    pub program_sessions: usize,
 }
 
 impl RunMetrics {
@@ -113,6 +115,8 @@ impl RunMetrics {
         text.sample("ptc_http_sessions", &[], gauges.sessions as u64);
         text.family("ptc_http_connections", Kind::Gauge, "HTTP connections open now.");
         text.sample("ptc_http_connections", &[], gauges.connections as u64);
+        text.family("ptc_program_sessions", Kind::Gauge, "Named sessions of execute_program live now.");
+        text.sample("ptc_program_sessions", &[], gauges.program_sessions as u64);
         text.finish()
     }
 }
@@ -134,7 +138,7 @@ mod tests {
             ],
         );
         metrics.record_run("timeout", Duration::from_secs(31), [("fs".to_string(), CallOutcome::Cancelled)]);
-        let gauges = Gauges { pool_ready: 2, pool_starting: 1, sessions: 3, connections: 4 };
+        let gauges = Gauges { pool_ready: 2, pool_starting: 1, sessions: 3, connections: 4, program_sessions: 5 };
         let text = metrics.render(&gauges);
         let samples: Vec<&str> = text.lines().filter(|line| !line.starts_with('#')).collect();
         let expected = [
@@ -169,6 +173,7 @@ mod tests {
                 r#"ptc_pool_runners{state="starting"} 1"#,
                 "ptc_http_sessions 3",
                 "ptc_http_connections 4",
+                "ptc_program_sessions 5",
             ]
         );
     }

@@ -224,8 +224,13 @@ impl Endpoint {
     /// The text of `/metrics`: the engine's counts and the gauges as they are now.
     fn metrics(&self) -> String {
         let (pool_ready, pool_starting) = self.engine.pool_runners();
-        let gauges =
-            Gauges { pool_ready, pool_starting, sessions: self.sessions.open(), connections: self.connections.now() };
+        let gauges = Gauges {
+            pool_ready,
+            pool_starting,
+            sessions: self.sessions.open(),
+            connections: self.connections.now(),
+            program_sessions: self.engine.live_sessions(),
+        };
         self.engine.metrics().render(&gauges)
     }
 

@@ -78,6 +78,7 @@ async fn probes_need_no_token_and_say_nothing_while_metrics_need_the_token() {
         "# TYPE ptc_pool_runners gauge",
         "# TYPE ptc_http_sessions gauge",
         "# TYPE ptc_http_connections gauge",
+        "# TYPE ptc_program_sessions gauge",
     ] {
         assert!(response.contains(family), "{family}: {response}");
     }
@@ -116,6 +117,7 @@ async fn metrics_count_runs_by_outcome_and_tool_calls_by_server() {
         (r#"ptc_tool_calls_total{server="mock",outcome="error"}"#, 1),
         (r#"ptc_tool_calls_total{server="mock",outcome="cancelled"}"#, 0),
         ("ptc_http_sessions", 1),
+        ("ptc_program_sessions", 0),
     ];
     for (series, value) in expected {
         assert_eq!(sample(&metrics, series), Some(value), "{series}:\n{metrics}");
@@ -131,6 +133,12 @@ async fn metrics_count_runs_by_outcome_and_tool_calls_by_server() {
         assert!(tokio::time::Instant::now() < deadline, "the pool never showed 2 ready runners:\n{metrics}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let params = rmcp::model::CallToolRequestParams::new("execute_program")
+        .with_arguments(serde_json::json!({"code": "x = 1", "session": "s"}).as_object().cloned().unwrap());
+    let kept = client.peer().call_tool(params).await.unwrap();
+    assert_eq!(kept.is_error, Some(false), "{}", text(&kept));
+    let metrics = get(&ptc, "/metrics", true).await.1;
+    assert_eq!(sample(&metrics, "ptc_program_sessions"), Some(1), "{metrics}");
 }
 
 #[apply(integration_test!)]
