@@ -165,7 +165,7 @@ pub(super) async fn drive(runner: ReadyRunner, cx: RunContext<'_>) -> (RunReport
 
 /// Kills everything the run started now; reaping it and removing its scratch directory or container take
 /// milliseconds that the result does not wait for.
-fn retire(mut control: Box<dyn RunnerControl>, cleanups: &TaskTracker) {
+pub(super) fn retire(mut control: Box<dyn RunnerControl>, cleanups: &TaskTracker) {
     control.start_kill();
     cleanups.spawn(async move {
         control.kill().await;

@@ -262,14 +262,9 @@ impl Inner {
         self.record_ending(key.clone(), why);
     }
 
-    /// Kills an ended session's runner and removes its scratch, in the background.
+    /// Kills an ended session's runner and removes its scratch, in the background, as a run's end does.
     fn retire(&self, runner: ReadyRunner) {
-        self.cleanups.spawn(async move {
-            let mut runner = runner;
-            runner.control.kill().await;
-            // Removing a scratch directory full of files is blocking work.
-            let _ = tokio::task::spawn_blocking(move || drop(runner)).await;
-        });
+        super::run::retire(runner.control, &self.cleanups);
     }
 
     fn record_ending(&self, key: SessionKey, why: String) {
