@@ -1,9 +1,12 @@
 //! Ready runners: started, confined, interpreter up and handshake done, waiting for their program. A pool
 //! keeps them so a run does not pay the interpreter's start-up; each serves one run and is discarded, and the
-//! pool refills in the background. It follows demand: it keeps at least `execution.pool_size` ready, and as
-//! many as programs recently ran at once (up to [`DEMAND_CAP`]), going back to `pool_size` once no such
-//! burst was seen for [`DEMAND_MEMORY`]. A run never waits for the pool: with no ready runner at hand it
-//! starts its own, exactly as without a pool. A runner that died while waiting is never handed out.
+//! pool refills in the background. It follows demand: it keeps at least `execution.pool_size` ready, as many
+//! as programs recently ran at once, and as many as are taken while one runner starts (Little's law: the
+//! recent arrival rate of runs times the measured start time of a runner), all up to [`DEMAND_CAP`]. A burst
+//! of concurrent programs is remembered for [`DEMAND_MEMORY`]; the arrival rate fades within seconds once
+//! programs stop coming ([`RATE_TIME_CONSTANT`]); then the pool goes back to `pool_size`, even if no program
+//! runs to trigger it. A run never waits for the pool: with no ready runner at hand it starts its own, exactly
+//! as without a pool. A runner that died while waiting is never handed out.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -22,11 +25,17 @@ use crate::lines::{Line, LineReader, ReadError};
 const POOL_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The `ready` line is tiny; anything longer is not one.
 const MAX_READY_LINE: usize = 4096;
-/// The most runners the pool keeps ready for bursts (unless `pool_size` asks for more): each is an idle
-/// interpreter (about 20 MiB, part of it shared) or container.
+/// The most runners the pool keeps ready for bursts or a fast stream of programs (unless `pool_size` asks for
+/// more): each is an idle interpreter (about 20 MiB, part of it shared) or container, and each start costs a
+/// core tens of milliseconds, so past this many a faster stream is bound by the CPU rather than the pool.
 pub const DEMAND_CAP: usize = 8;
 /// How long a burst of concurrent programs is remembered before the pool shrinks back to `pool_size`.
 pub const DEMAND_MEMORY: Duration = Duration::from_secs(300);
+/// How quickly the arrival rate forgets (it falls by e every this long without arrivals): seconds, so that the
+/// pool follows a change of pace soon, while two programs arriving close together by chance count little.
+pub const RATE_TIME_CONSTANT: Duration = Duration::from_secs(2);
+/// A runner's start time assumed until the pool has measured one (a start takes about 5-90 ms by backend).
+const START_TIME_PRIOR: Duration = Duration::from_millis(100);
 /// How long after a run the pool waits to replace its runner: the run's answer goes out first, where a start
 /// (a core busy for tens of milliseconds) would hold it up by milliseconds (p50 of `print(1)` 8.9 -> 5.1 ms).
 const REFILL_AFTER_A_RUN: Duration = Duration::from_millis(5);
@@ -107,17 +116,19 @@ struct PoolState {
     ready: VecDeque<ReadyRunner>,
     starting: usize,
     demand: Demand,
-    /// A task is waiting to shrink the pool once the remembered burst expires.
+    start_time: StartTime,
+    /// A task is waiting to shrink the pool once the remembered burst expires and the arrival rate has faded.
     shrink_scheduled: bool,
 }
 
-/// How many programs run at once, and the most that did recently.
+/// How many programs run at once, the most that did recently, and how fast they arrive.
 #[derive(Debug, Default, Clone, Copy)]
 struct Demand {
     running: usize,
     peak: usize,
     /// When `running` last reached `peak`.
     peak_at: Option<Instant>,
+    arrivals: ArrivalRate,
 }
 
 impl Demand {
@@ -127,6 +138,7 @@ impl Demand {
             self.peak = self.running;
             self.peak_at = Some(now);
         }
+        self.arrivals.arrived(now);
     }
 
     fn finished(&mut self) {
@@ -135,16 +147,94 @@ impl Demand {
 
     /// The most programs that ran at once within [`DEMAND_MEMORY`] (at least those running now).
     fn recent_peak(&self, now: Instant) -> usize {
-        let remembered = self.peak_at.is_some_and(|at| now.duration_since(at) < DEMAND_MEMORY);
-        if remembered { self.peak.max(self.running) } else { self.running }
+        if self.peak_remembered(now) { self.peak.max(self.running) } else { self.running }
     }
 
-    /// Ready runners to keep for a pool of at least `size`.
-    fn target(&self, size: usize, now: Instant) -> usize {
+    fn peak_remembered(&self, now: Instant) -> bool {
+        self.peak_at.is_some_and(|at| now.saturating_duration_since(at) < DEMAND_MEMORY)
+    }
+
+    /// Runners taken while one runner starts, at the recent arrival rate: as many must be on their way for
+    /// every run to find one ready.
+    fn in_flight(&self, start_time: Duration, now: Instant) -> usize {
+        // A float-to-integer `as` saturates; the cap bounds it anyway.
+        (self.arrivals.per_second(now) * start_time.as_secs_f64()).ceil() as usize
+    }
+
+    /// Ready runners to keep for a pool of at least `size`, when a runner takes `start_time` to start.
+    fn target(&self, size: usize, start_time: Duration, now: Instant) -> usize {
         if size == 0 {
             return 0;
         }
-        self.recent_peak(now).min(size.max(DEMAND_CAP)).max(size)
+        let wanted = self.recent_peak(now).max(self.in_flight(start_time, now));
+        wanted.min(size.max(DEMAND_CAP)).max(size)
+    }
+
+    /// When the target falls back to `size` if no other program arrives: once the remembered burst expires
+    /// and the arrival rate has faded. `None` if nothing remembered holds it above `size` any more (runs
+    /// still going on may; each refills the pool when it ends).
+    fn settles_at(&self, size: usize, start_time: Duration, now: Instant) -> Option<Instant> {
+        let burst = self.peak_at.filter(|_| self.peak > size && self.peak_remembered(now)).map(|at| at + DEMAND_MEMORY);
+        let rate = (self.in_flight(start_time, now) > size)
+            .then(|| self.arrivals.falls_to(size as f64 / start_time.as_secs_f64(), now))
+            .flatten();
+        burst.max(rate)
+    }
+}
+
+/// Runs per second lately: each arrival adds 1/τ to a sum that decays by e every τ ([`RATE_TIME_CONSTANT`]),
+/// so a steady λ per second settles at λ, and the rate fades once arrivals stop.
+#[derive(Debug, Default, Clone, Copy)]
+struct ArrivalRate {
+    /// Per second, as of `at`.
+    rate: f64,
+    /// The last arrival.
+    at: Option<Instant>,
+}
+
+impl ArrivalRate {
+    fn arrived(&mut self, now: Instant) {
+        self.rate = self.per_second(now) + 1.0 / RATE_TIME_CONSTANT.as_secs_f64();
+        self.at = Some(now);
+    }
+
+    fn per_second(&self, now: Instant) -> f64 {
+        self.at.map_or(0.0, |at| self.rate * decay(now.saturating_duration_since(at)))
+    }
+
+    /// When the rate falls to `per_second` without further arrivals (`now` if it is there already; `None`
+    /// for never, as for 0).
+    fn falls_to(&self, per_second: f64, now: Instant) -> Option<Instant> {
+        let Some(at) = self.at.filter(|_| self.per_second(now) > per_second) else {
+            return Some(now);
+        };
+        // rate · e^(-t/τ) = per_second
+        let after = (self.rate / per_second).ln() * RATE_TIME_CONSTANT.as_secs_f64();
+        at.checked_add(Duration::try_from_secs_f64(after).ok()?)
+    }
+}
+
+/// What is left of an arrival's weight after `elapsed`.
+fn decay(elapsed: Duration) -> f64 {
+    (-elapsed.as_secs_f64() / RATE_TIME_CONSTANT.as_secs_f64()).exp()
+}
+
+/// How long a runner takes to start (through `ready`), learnt from the pool's starts: an average in which
+/// each new start weighs a quarter, so it follows the machine's load within a few starts.
+#[derive(Debug, Clone, Copy)]
+struct StartTime {
+    estimate: Duration,
+}
+
+impl Default for StartTime {
+    fn default() -> Self {
+        StartTime { estimate: START_TIME_PRIOR }
+    }
+}
+
+impl StartTime {
+    fn measured(&mut self, took: Duration) {
+        self.estimate = self.estimate * 3 / 4 + took / 4;
     }
 }
 
@@ -163,11 +253,17 @@ impl Start {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            tokio::time::timeout(POOL_START_TIMEOUT, start_ready(pool.backend.as_ref(), &pool.request)).await
+            let began = Instant::now();
+            let started =
+                tokio::time::timeout(POOL_START_TIMEOUT, start_ready(pool.backend.as_ref(), &pool.request)).await;
+            (started, began.elapsed())
         };
         tokio::select! {
-            started = start => match started {
-                Ok(Ok(runner)) => self.ready = Some(runner),
+            (started, took) = start => match started {
+                Ok(Ok(runner)) => {
+                    pool.state().start_time.measured(took);
+                    self.ready = Some(runner);
+                }
                 Ok(Err(e)) => tracing::warn!("could not start a runner for the pool: {e}"),
                 Err(_) => tracing::warn!(
                     "could not start a runner for the pool: it was not ready within {}s",
@@ -266,7 +362,7 @@ impl RunnerPool {
     }
 
     /// Starts runners in the background until as many as demand asks for are ready or starting, or lets
-    /// go of those past it once a burst is forgotten.
+    /// go of those past it once a burst is forgotten or the arrival rate has faded.
     pub fn refill(self: &Arc<Self>) {
         self.refill_after(Duration::ZERO);
     }
@@ -278,12 +374,14 @@ impl RunnerPool {
             if self.closing.is_cancelled() {
                 return;
             }
-            let target = state.demand.target(self.size, Instant::now());
+            let (now, start_time) = (Instant::now(), state.start_time.estimate);
+            let target = state.demand.target(self.size, start_time, now);
             let missing = target.saturating_sub(state.ready.len() + state.starting);
             state.starting += missing;
             let keep = target.min(state.ready.len());
             let surplus: Vec<ReadyRunner> = state.ready.drain(keep..).collect();
-            if target > self.size && !std::mem::replace(&mut state.shrink_scheduled, true) {
+            let will_settle = state.demand.settles_at(self.size, start_time, now).is_some();
+            if will_settle && !std::mem::replace(&mut state.shrink_scheduled, true) {
                 self.schedule_shrink();
             }
             (missing, surplus)
@@ -296,19 +394,21 @@ impl RunnerPool {
         }
     }
 
-    /// Shrinks the pool back towards `size` once the remembered burst expires (and again later if it was
-    /// renewed meanwhile), even if no program runs to trigger a refill.
+    /// Shrinks the pool back towards `size` once the remembered burst expires and the arrival rate has
+    /// faded (waiting again if either was renewed meanwhile), even if no program runs to trigger a refill.
+    /// Runs going on past that refill the pool when they end, which schedules this again if need be.
     fn schedule_shrink(self: &Arc<Self>) {
         let pool = Arc::clone(self);
         self.starts.spawn(async move {
             loop {
-                let expires = pool.state().demand.peak_at.map_or_else(Instant::now, |at| at + DEMAND_MEMORY);
+                let settles = {
+                    let state = pool.state();
+                    state.demand.settles_at(pool.size, state.start_time.estimate, Instant::now())
+                };
+                let Some(settles) = settles else { break };
                 tokio::select! {
-                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(expires)) => {}
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(settles)) => {}
                     () = pool.closing.cancelled() => return,
-                }
-                if pool.state().demand.target(pool.size, Instant::now()) <= pool.size {
-                    break;
                 }
             }
             pool.state().shrink_scheduled = false;
@@ -351,22 +451,114 @@ mod tests {
     #[test]
     fn demand_grows_with_concurrent_runs_up_to_the_cap_and_is_forgotten_after_a_while() {
         let at = Instant::now();
+        let start = START_TIME_PRIOR;
         let mut demand = Demand::default();
-        assert_eq!(demand.target(2, at), 2);
+        assert_eq!(demand.target(2, start, at), 2);
         for _ in 0..5 {
             demand.started(at);
         }
-        assert_eq!(demand.target(2, at), 5);
+        assert_eq!(demand.target(2, start, at), 5);
         for _ in 0..5 {
             demand.finished();
         }
-        assert_eq!(demand.target(2, at + DEMAND_MEMORY / 2), 5, "a burst is remembered");
-        assert_eq!(demand.target(2, at + DEMAND_MEMORY), 2, "then forgotten");
+        assert_eq!(demand.target(2, start, at + DEMAND_MEMORY / 2), 5, "a burst is remembered");
+        assert_eq!(demand.settles_at(2, start, at + DEMAND_MEMORY / 2), Some(at + DEMAND_MEMORY));
+        assert_eq!(demand.target(2, start, at + DEMAND_MEMORY), 2, "then forgotten");
+        assert_eq!(demand.settles_at(2, start, at + DEMAND_MEMORY), None);
         for _ in 0..20 {
             demand.started(at);
         }
-        assert_eq!(demand.target(2, at), DEMAND_CAP);
-        assert_eq!(demand.target(12, at), 12, "pool_size above the cap is kept");
-        assert_eq!(demand.target(0, at), 0, "pool_size 0 means no pool");
+        assert_eq!(demand.target(2, start, at), DEMAND_CAP);
+        assert_eq!(demand.target(12, start, at), 12, "pool_size above the cap is kept");
+        assert_eq!(demand.target(0, start, at), 0, "pool_size 0 means no pool");
+    }
+
+    #[test]
+    fn runs_going_on_past_the_memory_hold_the_pool_up_but_nothing_waits_for_them() {
+        let at = Instant::now();
+        let mut demand = Demand::default();
+        for _ in 0..5 {
+            demand.started(at);
+        }
+        let later = at + DEMAND_MEMORY * 2;
+        assert_eq!(demand.target(2, START_TIME_PRIOR, later), 5);
+        assert_eq!(demand.settles_at(2, START_TIME_PRIOR, later), None, "their ends refill the pool");
+    }
+
+    /// `count` runs of no time, one every `gap` from `from`; the last one's arrival.
+    fn stream(demand: &mut Demand, from: Instant, gap: Duration, count: u32) -> Instant {
+        let at = |i| from + gap * i;
+        for i in 0..count {
+            demand.started(at(i));
+            demand.finished();
+        }
+        at(count - 1)
+    }
+
+    /// 300 runs a second for 30 s (15 time constants: the rate has settled).
+    const GAP: Duration = Duration::from_nanos(1_000_000_000 / 300);
+    const COUNT: u32 = 9000;
+
+    #[test]
+    fn a_steady_stream_keeps_as_many_ready_as_are_taken_while_one_starts() {
+        let from = Instant::now();
+        let mut demand = Demand::default();
+        let last = stream(&mut demand, from, GAP, COUNT);
+        let rate = demand.arrivals.per_second(last);
+        assert!((300.0..300.3).contains(&rate), "{rate} per second");
+        let start = Duration::from_millis(19);
+        // 300/s × 19 ms = 5.7 taken while one starts, one at a time.
+        assert_eq!(demand.target(2, start, last), 6);
+        assert_eq!(demand.target(2, start, last + GAP / 2), 6, "between arrivals too");
+        assert_eq!(demand.target(2, Duration::from_millis(5), last), 2, "1.5: pool_size is more");
+        assert_eq!(demand.target(2, Duration::from_millis(12), last), 4, "3.6");
+    }
+
+    #[test]
+    fn the_rate_fades_once_arrivals_stop_and_the_pool_settles_back_to_pool_size() {
+        let from = Instant::now();
+        let mut demand = Demand::default();
+        let last = stream(&mut demand, from, GAP, COUNT);
+        let start = Duration::from_millis(19);
+        // 5.7 in flight, falling by e every 2 s: 3.46 a second later, 1.27 after 3 s.
+        assert_eq!(demand.target(2, start, last + Duration::from_secs(1)), 4);
+        assert_eq!(demand.target(2, start, last + Duration::from_secs(3)), 2);
+        // 2 s · ln(300.25/s × 19 ms / 2) = 2.096 s
+        let settles = demand.settles_at(2, start, last).expect("the rate holds the pool up");
+        assert_eq!((settles - last).as_millis(), 2096);
+        assert_eq!(demand.target(2, start, settles - Duration::from_millis(10)), 3);
+        assert_eq!(demand.target(2, start, settles + Duration::from_millis(1)), 2);
+        assert_eq!(demand.settles_at(2, start, settles + Duration::from_millis(1)), None);
+        assert_eq!(demand.settles_at(6, start, last), None, "pool_size is more already");
+    }
+
+    #[test]
+    fn a_fast_stream_is_bounded_by_the_cap_unless_pool_size_is_more_and_pool_size_0_is_no_pool() {
+        let from = Instant::now();
+        let mut demand = Demand::default();
+        let last = stream(&mut demand, from, GAP, COUNT);
+        // 300/s × 100 ms = 30
+        assert_eq!(demand.target(2, START_TIME_PRIOR, last), DEMAND_CAP);
+        assert_eq!(demand.target(12, START_TIME_PRIOR, last), 12);
+        assert_eq!(demand.target(40, START_TIME_PRIOR, last), 40);
+        assert_eq!(demand.target(0, START_TIME_PRIOR, last), 0);
+    }
+
+    #[test]
+    fn the_start_time_is_learnt_from_measured_starts() {
+        let mut start_time = StartTime::default();
+        assert_eq!(start_time.estimate, START_TIME_PRIOR);
+        start_time.measured(Duration::from_millis(20));
+        assert_eq!(start_time.estimate, Duration::from_millis(80), "3/4 of 100 ms and 1/4 of 20 ms");
+        for _ in 0..100 {
+            start_time.measured(Duration::from_millis(20));
+        }
+        assert_eq!(start_time.estimate, Duration::from_millis(20));
+        // With it, the stream of 300 a second keeps 6 ready (5.7 in flight) rather than the prior's cap.
+        let mut demand = Demand::default();
+        let last = stream(&mut demand, Instant::now(), GAP, COUNT);
+        start_time.measured(Duration::from_millis(16));
+        assert_eq!(start_time.estimate, Duration::from_millis(19));
+        assert_eq!(demand.target(2, start_time.estimate, last), 6);
     }
 }
