@@ -15,7 +15,11 @@
 //! Then, per sandbox, a session's second `print(1)` against a fresh run's (same server, pool on), and the
 //! memory (peak RSS) one idle session's interpreter holds against a bare interpreter's.
 //!
-//! Words after the command choose sections: `precheck`, `sandboxes`, `preload`, `sessions`, `soak`
+//! Then, for `none` and `landlock`, a runner's start from the zygote against a fresh interpreter's (the backend
+//! driven directly: spawn to `ready`), `print(1)` sent back to back 200 times on one connection with the
+//! zygote and without, and 8 clients over `serve --http` running `print(1)` in a loop (runs/s, p95).
+//!
+//! Words after the command choose sections: `precheck`, `sandboxes`, `preload`, `sessions`, `zygote`, `soak`
 //! (`ci/bench.sh soak` runs the soak alone); none runs them all.
 
 use std::path::{Path, PathBuf};
@@ -714,6 +718,9 @@ async fn main() {
     if wanted("sessions") {
         session_cost().await;
     }
+    if wanted("zygote") {
+        zygote_cost().await;
+    }
     if wanted("soak") {
         let runs = std::env::var("PTC_BENCH_SOAK_RUNS")
             .map_or(10_000, |runs| runs.parse().expect("PTC_BENCH_SOAK_RUNS: a number"));
@@ -890,4 +897,153 @@ async fn session_cost() {
             rss / bare_rss.max(1.0),
         );
     }
+}
+
+/// The zygote against fresh starts, per host sandbox: a runner's start, runs back to back, 8 HTTP clients.
+async fn zygote_cost() {
+    for sandbox in ["none", "landlock"] {
+        let (Some(forked), Some(fresh)) = (runner_starts(sandbox, true).await, runner_starts(sandbox, false).await)
+        else {
+            println!("\n{sandbox}: unavailable here, zygote skipped");
+            continue;
+        };
+        println!("\n### zygote: {sandbox}\n\n| measure | zygote | fresh interpreter | ratio |\n|---|---|---|---|");
+        percentile_rows("a runner's start (spawn to `ready`)", forked, fresh);
+        let (with, _) = start(sandbox, "").await;
+        let (without, _) = start(sandbox, "  zygote: false\n").await;
+        let (with, without) = (back_to_back(&with, 200).await, back_to_back(&without, 200).await);
+        percentile_rows("`print(1)` 200 times back to back", with.clone(), without.clone());
+        let slow = |samples: &[Duration]| samples.iter().filter(|d| **d > Duration::from_millis(20)).count();
+        row("... of them over 20 ms", slow(&with).to_string(), slow(&without).to_string(), 1.0);
+        for zygote in [true, false] {
+            let (rate, p95) = http_clients(sandbox, zygote, 8, Duration::from_secs(6)).await;
+            let label = if zygote { "zygote" } else { "fresh interpreters" };
+            row(
+                &format!("8 clients over serve --http, `print(1)` in a loop ({label})"),
+                format!("{rate:.0} runs/s, p95 {}", ms(p95)),
+                "200 runs/s, p95 20 ms (goal)".into(),
+                rate / 200.0,
+            );
+        }
+    }
+}
+
+/// The p50 and p95 of `measure` and of its `baseline`, as rows.
+fn percentile_rows(measure: &str, mut it: Vec<Duration>, mut baseline: Vec<Duration>) {
+    for (label, p) in [("p50", 0.5), ("p95", 0.95)] {
+        let (a, b) = (percentile(&mut it, p), percentile(&mut baseline, p));
+        row(&format!("{measure}, {label}"), ms(a), ms(b), a.as_secs_f64() / b.as_secs_f64());
+    }
+}
+
+/// 30 runners' starts (spawn until `ready`) through the backend itself, after one to warm up (it starts the
+/// zygote); `None` where the backend is unavailable.
+async fn runner_starts(sandbox: &str, zygote: bool) -> Option<Vec<Duration>> {
+    use tokio::io::AsyncBufReadExt;
+    let settings = ptc_backends::BackendSettings {
+        python: "python3".into(),
+        helper: binary().into(),
+        docker: Default::default(),
+        kubernetes: Default::default(),
+        limits: Default::default(),
+        allow_degraded: false,
+        zygote,
+        mounts: Vec::new(),
+        packages: Default::default(),
+    };
+    let kind =
+        if sandbox == "landlock" { ptc_backends::SandboxKind::Landlock } else { ptc_backends::SandboxKind::None };
+    let backend = ptc_backends::select(kind, &settings);
+    if !backend.probe().await.is_usable() {
+        return None;
+    }
+    let request = ptc_backends::SpawnRequest { limits: Default::default(), timeout: Duration::from_secs(60) };
+    let mut samples = Vec::new();
+    for i in 0..31 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        let runner = backend.spawn(&request).await.ok()?;
+        let mut ready = String::new();
+        tokio::io::BufReader::new(runner.from_runner).read_line(&mut ready).await.ok()?;
+        let elapsed = started.elapsed();
+        assert!(ready.contains("\"ready\""), "a runner said {ready:?} first");
+        let mut control = runner.control;
+        control.kill().await;
+        if i > 0 {
+            samples.push(elapsed);
+        }
+    }
+    backend.shutdown().await;
+    Some(samples)
+}
+
+/// `count` runs of `print(1)`, each sent as soon as the one before was answered.
+async fn back_to_back(server: &Server, count: usize) -> Vec<Duration> {
+    server.execute("print(1)").await;
+    let mut samples = Vec::with_capacity(count);
+    for _ in 0..count {
+        let started = Instant::now();
+        server.execute("print(1)").await;
+        samples.push(started.elapsed());
+    }
+    samples
+}
+
+/// `clients` rmcp clients of one `serve --http` server, each running `print(1)` in a loop for `period`:
+/// runs per second over all, and the p95 of a run.
+async fn http_clients(sandbox: &str, zygote: bool, clients: usize, period: Duration) -> (f64, Duration) {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    const TOKEN: &str = "bench-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let text = format!(
+        "servers:\n{}execution:\n  sandbox: {sandbox}\n  zygote: {zygote}\nserve:\n  http:\n    token: {TOKEN}\n    max_concurrent_runs: {clients}\n",
+        mock_entry()
+    );
+    std::fs::write(&config, text).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _server = Command::new(binary())
+        .args(["serve", "--http", &format!("127.0.0.1:{port}"), "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "error")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        let config = StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header(TOKEN);
+        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+        sessions.push(().serve(transport).await.unwrap());
+    }
+    let call = |client: &RunningService<RoleClient, ()>| {
+        let params = CallToolRequestParams::new("execute_program")
+            .with_arguments(json!({"code": "print(1)"}).as_object().unwrap().clone());
+        let peer = client.peer().clone();
+        async move {
+            let result = peer.call_tool(params).await.unwrap();
+            assert_ne!(result.is_error, Some(true), "benchmark program failed: {result:?}");
+        }
+    };
+    for client in &sessions {
+        call(client).await;
+    }
+    let started = Instant::now();
+    let loops = sessions.iter().map(|client| async move {
+        let mut samples = Vec::new();
+        while started.elapsed() < period {
+            let run = Instant::now();
+            call(client).await;
+            samples.push(run.elapsed());
+        }
+        samples
+    });
+    let mut samples: Vec<Duration> = futures::future::join_all(loops).await.into_iter().flatten().collect();
+    let rate = samples.len() as f64 / started.elapsed().as_secs_f64();
+    (rate, percentile(&mut samples, 0.95))
 }

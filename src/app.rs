@@ -107,6 +107,7 @@ pub fn backend_settings(config: &Config) -> Result<BackendSettings, StartError> 
         kubernetes: config.execution.kubernetes.clone(),
         limits: config.execution.limits.clone(),
         allow_degraded: config.execution.allow_degraded,
+        zygote: config.execution.zygote,
         mounts: config.execution.backend_mounts(),
         packages: config.execution.packages(),
     })

@@ -3,13 +3,14 @@
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tempfile::TempDir;
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, ChildStderr, Command};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
 use crate::lifecycle::{DeathWatch, ExitWatch, has_exited, signal_group};
@@ -50,37 +51,90 @@ pub(crate) async fn spawn_confined(
     mounts: &[Mount],
     argv: impl FnOnce(&Path) -> Vec<OsString>,
 ) -> Result<RunnerProcess, SpawnError> {
-    let scratch = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
-    crate::mounts::link_into(scratch.path(), mounts).map_err(SpawnError::Scratch)?;
+    let (scratch, prepared) = prepare_host_run(request, mounts).await?;
     let argv = argv(scratch.path());
     let Some((program, args)) = argv.split_first() else {
         let source = std::io::Error::other("an empty command line");
         return Err(SpawnError::Start { program: String::new(), source });
     };
     let program = program.to_string_lossy().into_owned();
-    // The run's cgroup, the user's task count and name take file system work: off the runtime's thread.
-    let limits = request.limits.clone();
-    let cpu_seconds = rlimits::cpu_seconds(request.timeout);
-    let prepared = tokio::task::spawn_blocking(move || Prepared::for_run(&limits, cpu_seconds)).await;
-    let Prepared { group, memory, rlimits, user, join } = prepared
-        .map_err(|e| SpawnError::Start { program: program.clone(), source: std::io::Error::other(e) })?
-        .map_err(|source| SpawnError::Start { program: program.clone(), source })?;
+    let Prepared { group, memory, rlimits, user, join } = prepared;
     let mut command = runner_command(&argv[0]);
     command.args(args).env("HOME", scratch.path()).env("TMPDIR", scratch.path()).current_dir(scratch.path());
-    command.env(MALLOC_ARENA_MAX.0, MALLOC_ARENA_MAX.1);
-    if let Some(name) = user {
-        command.env("LOGNAME", &name).env("USER", &name);
-    }
+    command.envs(runner_env(user));
     // SAFETY: the closure only makes async-signal-safe syscalls (write, close_range, setrlimit, prctl).
     unsafe {
         command.pre_exec(move || confine(join.as_ref(), &rlimits));
     }
     let child = crate::spawner::spawn(command).await.map_err(|source| SpawnError::Start { program, source })?;
-    let watched = Watched {
+    let watched = host_watched(request, memory, &scratch);
+    host_runner(child, scratch, group, watched)
+}
+
+/// Why a zygote gave no runner: the run's own preparation failed (a fresh start would fail as well), or the
+/// zygote did (a fresh start will do).
+#[cfg(target_os = "linux")]
+pub(crate) enum ForkError {
+    Spawn(SpawnError),
+    Zygote(crate::zygote::ZygoteError),
+}
+
+/// A runner forked from `zygote` (started with `start` if none runs) with what [`spawn_confined`] gives
+/// its runner: the same scratch directory, rlimits, cgroup, environment and watch.
+#[cfg(target_os = "linux")]
+pub(crate) async fn fork_confined<F, Fut>(
+    zygote: &crate::zygote::Zygote,
+    request: &SpawnRequest,
+    mounts: &[Mount],
+    start: F,
+) -> Result<RunnerProcess, ForkError>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<crate::zygote::ZygoteProcess, String>>,
+{
+    let (scratch, prepared) = prepare_host_run(request, mounts).await.map_err(ForkError::Spawn)?;
+    let Prepared { group, memory, rlimits, user, join } = prepared;
+    let fork = crate::zygote::ForkRequest {
+        rlimits,
+        env: runner_env(user),
+        scratch: Some(scratch.path().to_path_buf()),
+        scratch_mb: request.limits.scratch_mb,
+        cgroup: join,
+    };
+    let forked = zygote.fork(fork, start).await.map_err(ForkError::Zygote)?;
+    let watched = host_watched(request, memory, &scratch);
+    forked_runner(forked, Some(scratch), group, watched).map_err(ForkError::Spawn)
+}
+
+/// A host run's scratch directory (with `mounts` linked in) and what its start needs from the system.
+async fn prepare_host_run(request: &SpawnRequest, mounts: &[Mount]) -> Result<(TempDir, Prepared), SpawnError> {
+    let scratch = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
+    crate::mounts::link_into(scratch.path(), mounts).map_err(SpawnError::Scratch)?;
+    // The run's cgroup, the user's task count and name take file system work: off the runtime's thread.
+    let limits = request.limits.clone();
+    let cpu_seconds = rlimits::cpu_seconds(request.timeout);
+    let prepared = tokio::task::spawn_blocking(move || Prepared::for_run(&limits, cpu_seconds)).await;
+    let failed = |source| SpawnError::Start { program: "runner".into(), source };
+    let prepared = prepared.map_err(|e| failed(std::io::Error::other(e)))?.map_err(failed)?;
+    Ok((scratch, prepared))
+}
+
+/// The environment of a host runner besides `HOME` and `TMPDIR`: `MALLOC_ARENA_MAX`, and `LOGNAME` and
+/// `USER` where the user has a name.
+pub(crate) fn runner_env(user: Option<String>) -> Vec<(String, String)> {
+    let mut env = vec![(MALLOC_ARENA_MAX.0.to_string(), MALLOC_ARENA_MAX.1.to_string())];
+    if let Some(name) = user {
+        env.extend([("LOGNAME".to_string(), name.clone()), ("USER".to_string(), name)]);
+    }
+    env
+}
+
+/// What the server watches of a host run: its memory where no cgroup bounds it, and its scratch directory.
+fn host_watched(request: &SpawnRequest, memory: MemoryBound, scratch: &TempDir) -> Watched {
+    Watched {
         memory_bytes: (memory == MemoryBound::Watch).then(|| request.limits.memory_bytes()),
         scratch: Some((scratch.path().to_path_buf(), request.limits.scratch_mb << 20)),
-    };
-    host_runner(child, scratch, group, watched)
+    }
 }
 
 /// What a runner's start needs from the system, found before the fork.
@@ -124,6 +178,14 @@ impl RunGroup {
         }
     }
 
+    /// No cgroup (a zygote's: each of its forks joins its run's).
+    pub(crate) fn none() -> RunGroup {
+        RunGroup {
+            #[cfg(target_os = "linux")]
+            cgroup: None,
+        }
+    }
+
     pub(crate) fn bounds_memory(&self) -> bool {
         #[cfg(target_os = "linux")]
         return self.cgroup.as_ref().is_some_and(|c| c.bounds_memory);
@@ -138,7 +200,7 @@ impl RunGroup {
     }
 
     /// An open `cgroup.procs` of the run's cgroup, for the child to move itself in before exec.
-    fn joiner(&self) -> std::io::Result<Option<std::fs::File>> {
+    pub(crate) fn joiner(&self) -> std::io::Result<Option<std::fs::File>> {
         #[cfg(target_os = "linux")]
         if let Some(cgroup) = &self.cgroup {
             use std::os::unix::fs::OpenOptionsExt;
@@ -220,6 +282,14 @@ fn confine(cgroup_procs: Option<&std::fs::File>, rlimits: &[rlimits::Rlimit]) ->
     crate::lifecycle::die_with_server()
 }
 
+/// In a zygote's process before exec: no inherited files but stdio (its socket and diagnostics), and death
+/// with the server; no limits (each fork gets its run's).
+#[cfg(target_os = "linux")]
+pub(crate) fn zygote_pre_exec() -> std::io::Result<()> {
+    close_inherited_fds()?;
+    crate::lifecycle::die_with_server()
+}
+
 /// Fds past stdio become close-on-exec (async-signal-safe): with one `close_range` on Linux 5.11+; on older
 /// kernels (ENOSYS, or EINVAL for the CLOEXEC flag) and other OSes, with `fcntl` on every fd below the open-files
 /// limit (at most 65536 of them).
@@ -264,15 +334,94 @@ pub(crate) fn host_runner(
     };
     let to_runner = child.stdin.take().ok_or_else(|| missing("stdin"))?;
     let from_runner = child.stdout.take().ok_or_else(|| missing("stdout"))?;
+    let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
     widen_pipe(&to_runner);
     widen_pipe(&from_runner);
-    let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
+    let pid = child.id().map(|pid| pid as libc::pid_t);
+    let streams =
+        Streams { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), stderr: Box::pin(stderr) };
+    Ok(led_runner(Leader::Child(child), pid, streams, Some(scratch), group, watched))
+}
+
+/// The same for a runner forked by a zygote: its leader is the zygote's child, not ours.
+#[cfg(target_os = "linux")]
+pub(crate) fn forked_runner(
+    mut forked: crate::zygote::Forked,
+    scratch: Option<TempDir>,
+    group: RunGroup,
+    watched: Watched,
+) -> Result<RunnerProcess, SpawnError> {
+    let (to_runner, from_runner, stderr) = forked.take_streams().ok_or_else(|| SpawnError::Start {
+        program: "zygote".into(),
+        source: std::io::Error::other("the fork's streams were taken"),
+    })?;
+    widen_pipe(&to_runner);
+    widen_pipe(&from_runner);
+    let pid = Some(forked.pid);
+    let streams =
+        Streams { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), stderr: Box::pin(stderr) };
+    Ok(led_runner(Leader::Forked(forked), pid, streams, scratch, group, watched))
+}
+
+/// A runner's channel and diagnostics, as the server holds them.
+struct Streams {
+    to_runner: Pin<Box<dyn AsyncWrite + Send>>,
+    from_runner: Pin<Box<dyn AsyncRead + Send>>,
+    stderr: Pin<Box<dyn AsyncRead + Send>>,
+}
+
+fn led_runner(
+    leader: Leader,
+    pid: Option<libc::pid_t>,
+    streams: Streams,
+    scratch: Option<TempDir>,
+    group: RunGroup,
+    watched: Watched,
+) -> RunnerProcess {
+    let Streams { to_runner, from_runner, stderr } = streams;
     let tail = StderrTail::default();
     let stderr_reader = Some(tokio::spawn(keep_stderr_tail(stderr, tail.clone())));
-    let lifecycle = child.id().map(|pid| Lifecycle::of(pid as libc::pid_t, watched));
+    let lifecycle = pid.map(|pid| Lifecycle::of(pid, watched));
     let control =
-        HostControl { child, lifecycle, exited: None, stderr_tail: tail, stderr_reader, group, _scratch: scratch };
-    Ok(RunnerProcess { to_runner: Box::pin(to_runner), from_runner: Box::pin(from_runner), control: Box::new(control) })
+        HostControl { leader, lifecycle, exited: None, stderr_tail: tail, stderr_reader, group, _scratch: scratch };
+    RunnerProcess { to_runner, from_runner, control: Box::new(control) }
+}
+
+/// The leader of a runner's process group: our child, or a zygote's (which reports how it ended).
+enum Leader {
+    Child(Child),
+    #[cfg(target_os = "linux")]
+    Forked(crate::zygote::Forked),
+}
+
+impl Leader {
+    /// How it ended; reaps it (ours) or lets the zygote reap it.
+    async fn status(&mut self) -> ExitInfo {
+        match self {
+            Leader::Child(child) => match child.wait().await {
+                Ok(status) => exit_info(status),
+                Err(e) => ExitInfo::Unknown(format!("could not wait for the runner: {e}")),
+            },
+            #[cfg(target_os = "linux")]
+            Leader::Forked(forked) => forked.status().await,
+        }
+    }
+
+    fn has_exited(&self, pid: libc::pid_t) -> bool {
+        match self {
+            Leader::Child(_) => has_exited(pid),
+            #[cfg(target_os = "linux")]
+            Leader::Forked(forked) => forked.has_exited(),
+        }
+    }
+
+    fn start_kill(&mut self) {
+        match self {
+            Leader::Child(child) => drop(child.start_kill()),
+            #[cfg(target_os = "linux")]
+            Leader::Forked(forked) => forked.start_kill(),
+        }
+    }
 }
 
 /// What watches a started runner's group: its leader's exit, the limits no kernel enforces, and the server's
@@ -315,7 +464,7 @@ fn widen_pipe(pipe: &impl std::os::fd::AsRawFd) {
     let _ = pipe;
 }
 
-async fn keep_stderr_tail(mut stderr: ChildStderr, tail: StderrTail) {
+pub(crate) async fn keep_stderr_tail(mut stderr: impl AsyncRead + Unpin, tail: StderrTail) {
     let mut buf = [0u8; 4096];
     while let Ok(n @ 1..) = stderr.read(&mut buf).await {
         tail.push(&buf[..n]);
@@ -323,7 +472,7 @@ async fn keep_stderr_tail(mut stderr: ChildStderr, tail: StderrTail) {
 }
 
 struct HostControl {
-    child: Child,
+    leader: Leader,
     /// Until the leader is reaped (`None` also if it had exited when spawned): its group is ours to kill.
     lifecycle: Option<Lifecycle>,
     exited: Option<ExitInfo>,
@@ -333,7 +482,7 @@ struct HostControl {
     /// The run's cgroup, if any: killed with the process group, removed when dropped.
     group: RunGroup,
     /// Dropped (removed) after the control, i.e. after the group is killed.
-    _scratch: TempDir,
+    _scratch: Option<TempDir>,
 }
 
 impl HostControl {
@@ -363,10 +512,10 @@ impl RunnerControl for HostControl {
         }
         // No watch may signal the group, nor the reaper remember it, once its id is free.
         self.lifecycle = None;
-        let info = match (self.child.wait().await, passed) {
-            (_, Some(why)) => ExitInfo::PastLimit(why),
-            (Ok(status), None) => exit_info(status),
-            (Err(e), None) => ExitInfo::Unknown(format!("could not wait for the runner: {e}")),
+        let status = self.leader.status().await;
+        let info = match passed {
+            Some(why) => ExitInfo::PastLimit(why),
+            None => status,
         };
         self.exited = Some(info.clone());
         info
@@ -391,11 +540,11 @@ impl RunnerControl for HostControl {
 
     fn start_kill(&mut self) {
         self.kill_group();
-        let _ = self.child.start_kill();
+        self.leader.start_kill();
     }
 
     fn has_exited(&mut self) -> bool {
-        self.exited.is_some() || self.lifecycle.as_ref().is_none_or(|l| has_exited(l.pgid))
+        self.exited.is_some() || self.lifecycle.as_ref().is_none_or(|l| self.leader.has_exited(l.pgid))
     }
 
     fn stderr_tail(&self) -> String {
@@ -406,7 +555,8 @@ impl RunnerControl for HostControl {
 impl Drop for HostControl {
     fn drop(&mut self) {
         self.kill_group();
-        // `kill_on_drop` on the child makes tokio kill and reap the leader if it is still there.
+        // `kill_on_drop` on a child makes tokio kill and reap the leader if it is still there; a zygote's
+        // reaps its own once told (when the fork is dropped).
     }
 }
 

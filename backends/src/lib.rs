@@ -25,6 +25,8 @@ mod seatbelt;
 mod spawner;
 mod tail;
 mod watch;
+#[cfg(target_os = "linux")]
+mod zygote;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -212,6 +214,8 @@ pub struct BackendSettings {
     /// `execution.allow_degraded`: run programs in a sandbox that works here only with protection missing
     /// (landlock without user namespaces); otherwise such a sandbox reports itself unavailable.
     pub allow_degraded: bool,
+    /// `execution.zygote`: the `none` and `landlock` backends fork runners from a warm interpreter.
+    pub zygote: bool,
     /// `execution.mounts`: host folders programs see in their working directory.
     pub mounts: Vec<Mount>,
     /// `execution.site_packages` and `execution.preload`.

@@ -21,6 +21,9 @@ pub struct NoneBackend {
     python: ResolvedPython,
     mounts: Vec<Mount>,
     packages: Packages,
+    /// `execution.zygote` (Linux): runners are forked from it.
+    #[cfg(target_os = "linux")]
+    zygote: Option<crate::zygote::Zygote>,
 }
 
 impl NoneBackend {
@@ -29,6 +32,8 @@ impl NoneBackend {
             python: ResolvedPython::new(settings.python.clone()),
             mounts: settings.mounts.clone(),
             packages: settings.packages.clone(),
+            #[cfg(target_os = "linux")]
+            zygote: settings.zygote.then(Default::default),
         }
     }
 
@@ -84,12 +89,45 @@ impl SandboxBackend for NoneBackend {
             .packages
             .runner_argument(&python.installed, &self.mounts)
             .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::None, reason })?;
+        #[cfg(target_os = "linux")]
+        if let Some(zygote) = &self.zygote {
+            let start = || start_zygote(python.executable.clone(), options.clone());
+            match crate::host::fork_confined(zygote, request, &self.mounts, start).await {
+                Ok(runner) => return Ok(runner),
+                Err(crate::host::ForkError::Spawn(e)) => return Err(e),
+                Err(crate::host::ForkError::Zygote(e)) => tracing::debug!("starting a fresh runner: {e}"),
+            }
+        }
         let mut argv = vec![python.executable.clone().into_os_string()];
         argv.extend(runner_args(options).into_iter().map(Into::into));
         spawn_confined(request, &self.mounts, |_| argv).await
     }
 
     async fn shutdown(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(zygote) = &self.zygote {
+            zygote.shutdown().await;
+        }
         crate::scratch::release();
     }
+}
+
+/// The `none` zygote: the interpreter with the zygote source, its socket as stdin, the server's death its own.
+#[cfg(target_os = "linux")]
+async fn start_zygote(
+    python: std::path::PathBuf,
+    options: Option<String>,
+) -> Result<crate::zygote::ZygoteProcess, String> {
+    let (socket, theirs) = crate::zygote::socket_pair().map_err(|e| e.to_string())?;
+    let mut command = crate::host::runner_command(&python);
+    command.args(crate::python::isolated_args(crate::protocol::ZYGOTE_SOURCE));
+    command.arg(options.unwrap_or_else(|| "{}".to_string())).arg(r#"{"backend": "none"}"#);
+    command.stdin(std::process::Stdio::from(theirs)).stdout(std::process::Stdio::null()).current_dir("/");
+    command.envs(crate::host::runner_env(None));
+    // SAFETY: the closure only makes async-signal-safe syscalls (close_range, prctl).
+    unsafe {
+        command.pre_exec(crate::host::zygote_pre_exec);
+    }
+    let child = crate::spawner::spawn(command).await.map_err(|e| format!("{}: {e}", python.display()))?;
+    Ok(crate::zygote::ZygoteProcess { child, socket })
 }

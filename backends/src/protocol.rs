@@ -14,18 +14,29 @@ pub const PROTOCOL_VERSION: u32 = 4;
 /// channel can only be forged.
 pub const MAX_PROGRESS_MESSAGE: usize = 1024;
 
-/// The runner, run as `python -I -S -c RUNNER_SOURCE [OPTIONS]`: installed packages and preloaded modules
-/// (`packages.py`, run alone by the sandbox probes), the call checks (`checks.py`, also importable alone by
-/// its tests and the benchmark), what errors add for the model (`explain.py`), then the runner itself.
-pub const RUNNER_SOURCE: &str = concat!(
-    include_str!("packages.py"),
-    "\n",
-    include_str!("checks.py"),
-    "\n",
-    include_str!("explain.py"),
-    "\n",
-    include_str!("runner.py")
-);
+/// The runner's parts, joined: installed packages and preloaded modules (`packages.py`, run alone by the
+/// sandbox probes), the call checks (`checks.py`, also importable alone by its tests and the benchmark), what
+/// errors add for the model (`explain.py`), then the runner itself.
+macro_rules! runner_parts {
+    () => {
+        concat!(
+            include_str!("packages.py"),
+            "\n",
+            include_str!("checks.py"),
+            "\n",
+            include_str!("explain.py"),
+            "\n",
+            include_str!("runner.py")
+        )
+    };
+}
+
+/// The runner, run as `python -I -S -c RUNNER_SOURCE [OPTIONS]`.
+pub const RUNNER_SOURCE: &str = runner_parts!();
+
+/// The zygote (`none`, `landlock`): the runner's source, not started (`AS_ZYGOTE`), then the zygote that forks
+/// runners from it. Run as `python -I -S -c ZYGOTE_SOURCE <runner options> <confinement>`.
+pub const ZYGOTE_SOURCE: &str = concat!("AS_ZYGOTE = True\n", runner_parts!(), "\n", include_str!("zygote.py"));
 
 /// A message from the runner.
 #[derive(Debug, Deserialize, PartialEq)]
@@ -302,6 +313,7 @@ mod tests {
     #[test]
     fn the_runner_fits_in_one_command_line_argument() {
         assert!(RUNNER_SOURCE.len() < 112 * 1024, "the runner source is {} bytes", RUNNER_SOURCE.len());
+        assert!(ZYGOTE_SOURCE.len() < 124 * 1024, "the zygote source is {} bytes", ZYGOTE_SOURCE.len());
     }
 
     #[test]

@@ -1026,10 +1026,14 @@ def finish(channel, drain, streams, error):
 
 
 def main():
+    options = runner_options()
+    serve(options, *prepare_packages(options))  # before the channel exists: what imports print stays off it
+
+
+def serve(options, site_shown, preload_failed):
+    """Runs the run messages that arrive on fds 0/1 (the runner's, or a zygote's fork's, once confined)."""
     global MODULE_HINT
     workdir = os.getcwd()  # the program may change it: hints about host files use the one it started in
-    options = runner_options()
-    site_shown, preload_failed = prepare_packages(options)  # before the channel exists: what imports print stays off it
     if site_shown:
         MODULE_HINT = SITE_MODULE_HINT
     channel, drain, streams = take_over_fds()
@@ -1062,4 +1066,5 @@ def main():
         hand_back(channel, drain, streams, error)
 
 
-main()
+if not globals().get("AS_ZYGOTE"):  # the zygote (zygote.py) forks runners that call serve()
+    main()

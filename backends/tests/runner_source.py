@@ -4,6 +4,7 @@ import pathlib
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
 # backends/src/protocol.rs joins the two files the same way.
 RUNNER_SOURCE = "\n".join((SRC / name).read_text("utf-8") for name in ("packages.py", "checks.py", "explain.py", "runner.py"))
+ZYGOTE_SOURCE = "AS_ZYGOTE = True\n" + RUNNER_SOURCE + "\n" + (SRC / "zygote.py").read_text("utf-8")
 
 
 def open_tool(name):

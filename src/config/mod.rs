@@ -163,6 +163,9 @@ pub struct ExecutionConfig {
     pub limits: Limits,
     /// The fewest runners kept started and ready for the next programs (more after a burst); 0: no pool.
     pub pool_size: usize,
+    /// `none` and `landlock`: fork new runners from one warm interpreter (a zygote), each confined on its
+    /// own, instead of starting a fresh interpreter for each.
+    pub zygote: bool,
     /// The `docker` backend: engine, image and container limits.
     pub docker: DockerSettings,
     /// The `kubernetes` backend: namespace, pod template or warm pool, runtime class, kubeconfig.
@@ -230,6 +233,7 @@ impl Default for ExecutionConfig {
             max_tool_result_bytes: 64 * 1024 * 1024,
             limits: Limits::default(),
             pool_size: 2,
+            zygote: true,
             docker: DockerSettings::default(),
             kubernetes: KubernetesSettings::default(),
             allow_degraded: false,

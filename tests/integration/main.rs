@@ -44,6 +44,7 @@ mod surface;
 mod tasks;
 mod thirdparty;
 mod transports;
+mod zygote;
 
 fn main() {
     harness::main()

@@ -14,7 +14,8 @@ async fn scratch_directories_are_open_to_their_user_only() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let tmp_path = tmp.path().to_str().unwrap().to_string();
-    let ptc = Ptc::start_with_env(&config(&[], "  pool_size: 1\n"), &[("TMPDIR", &tmp_path)]).await;
+    let keys = format!("  pool_size: 1\n{}", host_scratch_keys());
+    let ptc = Ptc::start_with_env(&config(&[], &keys), &[("TMPDIR", &tmp_path)]).await;
     let run = ptc.execute("open('notes.txt', 'w').write('a secret')\nprint('written')").await;
     if run.is_error() && sandbox_unusable(&run.text()).is_none() {
         return;

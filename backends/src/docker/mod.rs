@@ -650,6 +650,7 @@ mod tests {
             kubernetes: KubernetesSettings::default(),
             limits: Limits::default(),
             allow_degraded: false,
+            zygote: false,
             mounts,
             packages: Packages::default(),
         }

@@ -22,6 +22,7 @@ use super::{DEGRADED_LAYER, LAYERS_PREFIX, seccomp};
 use crate::Mount;
 use crate::limits::MALLOC_ARENA_MAX;
 use crate::rlimits::{self, MemoryBound};
+use crate::zygote::hex;
 
 /// Exit status of a helper that could not set up the sandbox.
 pub const HELPER_FAILED: i32 = 125;
@@ -71,6 +72,12 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
     set_parent_death_signal()?;
     let namespaces = match enter_namespaces(uid, gid)? {
         Entered::Namespaces(namespaces) => namespaces,
+        Entered::Degraded(why) if policy.zygote => {
+            return step(
+                "starting the zygote",
+                Err(std::io::Error::other(format!("it needs user namespaces ({why})"))),
+            );
+        }
         Entered::Degraded(why) => return run_degraded(&policy, uid, why),
     };
     // Bind sources are opened inside the new mount namespace (mounts from another one cannot be bound), and
@@ -90,9 +97,15 @@ fn run(policy_json: &str) -> Result<Infallible, StepError> {
             )
         })
         .collect::<Result<_, _>>()?;
+    // The zygote's forks map the ids of their own user namespaces through it (there is no /proc inside).
+    let proc =
+        policy.zygote.then(|| step("opening /proc", open_path(Path::new("/proc"), libc::O_DIRECTORY))).transpose()?;
     namespaces.become_the_sandbox_user()?;
     build_root(&policy, &sources, &folders)?;
     drop((sources, folders));
+    if let Some(proc) = proc {
+        return exec_zygote(&policy, proc);
+    }
     let mut layers = vec![format!(
         "user/mount/pid/net/ipc/uts namespaces with a minimal root and a {} MiB tmpfs scratch, as uid {} outside",
         policy.limits.scratch_mb, namespaces.outside_uid
@@ -504,7 +517,7 @@ const STAGING: &str = "/tmp";
 const PASSWD: &str = "/etc/passwd";
 const GROUP: &str = "/etc/group";
 /// The name of the program's user in its namespace.
-const SANDBOX_USER: &str = "ptc";
+pub(super) const SANDBOX_USER: &str = "ptc";
 
 /// Writes the minimal root's `/etc/passwd` and `/etc/group` (into `etc` of the staging root); the user's home
 /// is the scratch directory.
@@ -659,29 +672,9 @@ fn restrict_with_landlock(policy: &Policy, also_readable: &[&Path], folders: &[M
     let ruleset = step("landlock: network access", ruleset.handle_access(AccessNet::from_all(abi)))?;
     let ruleset = step("landlock: scopes", ruleset.scope(Scope::from_all(abi)))?;
     let mut ruleset = step("landlock: creating the ruleset", ruleset.create())?;
-    let rule = |path: &Path, access: BitFlags<AccessFs>| -> Result<PathBeneath<PathFd>, StepError> {
+    for (path, access) in landlock_rules(policy, also_readable, folders, abi) {
         let fd = step(format!("landlock: opening {}", path.display()), PathFd::new(path))?;
-        let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
-        let access = if is_dir { access } else { access & AccessFs::from_file(abi) };
-        Ok(PathBeneath::new(fd, access))
-    };
-    for bind in &policy.binds {
-        let access = match bind.access {
-            BindAccess::Exec => AccessFs::from_read(abi),
-            BindAccess::Read => AccessFs::ReadFile | AccessFs::ReadDir,
-            BindAccess::Device { write: true } => AccessFs::from_file(abi) & !AccessFs::Execute,
-            BindAccess::Device { write: false } => AccessFs::ReadFile.into(),
-        };
-        ruleset = step("landlock: adding a rule", ruleset.add_rule(rule(&bind.path, access)?))?;
-    }
-    for path in also_readable {
-        ruleset = step("landlock: adding a rule", ruleset.add_rule(rule(path, AccessFs::ReadFile.into())?))?;
-    }
-    let scratch = AccessFs::from_all(abi) & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock);
-    ruleset = step("landlock: adding the scratch rule", ruleset.add_rule(rule(&policy.scratch, scratch)?))?;
-    for folder in folders {
-        let access = if folder.writable { scratch } else { AccessFs::ReadFile | AccessFs::ReadDir };
-        ruleset = step("landlock: adding a mount's rule", ruleset.add_rule(rule(&folder.path, access)?))?;
+        ruleset = step("landlock: adding a rule", ruleset.add_rule(PathBeneath::new(fd, access)))?;
     }
     let status = step("landlock: restricting", ruleset.restrict_self())?;
     match status.ruleset {
@@ -692,6 +685,105 @@ fn restrict_with_landlock(policy: &Policy, also_readable: &[&Path], folders: &[M
             Err(std::io::Error::other("not enforced by this kernel (needs Linux 5.13+ with Landlock enabled)")),
         ),
     }
+}
+
+/// The paths [`restrict_with_landlock`] allows, each with its rights (a file's limited to those of files).
+fn landlock_rules<'p>(
+    policy: &'p Policy,
+    also_readable: &[&'p Path],
+    folders: &'p [Mount],
+    abi: ABI,
+) -> Vec<(&'p Path, BitFlags<AccessFs>)> {
+    let mut rules: Vec<(&Path, BitFlags<AccessFs>)> = Vec::new();
+    for bind in &policy.binds {
+        let access = match bind.access {
+            BindAccess::Exec => AccessFs::from_read(abi),
+            BindAccess::Read => AccessFs::ReadFile | AccessFs::ReadDir,
+            BindAccess::Device { write: true } => AccessFs::from_file(abi) & !AccessFs::Execute,
+            BindAccess::Device { write: false } => AccessFs::ReadFile.into(),
+        };
+        rules.push((&bind.path, access));
+    }
+    rules.extend(also_readable.iter().map(|path| (*path, BitFlags::from(AccessFs::ReadFile))));
+    let scratch = AccessFs::from_all(abi) & !(AccessFs::Execute | AccessFs::MakeChar | AccessFs::MakeBlock);
+    rules.push((&policy.scratch, scratch));
+    for folder in folders {
+        let access = if folder.writable { scratch } else { AccessFs::ReadFile | AccessFs::ReadDir };
+        rules.push((&folder.path, access));
+    }
+    for (path, access) in &mut rules {
+        if !std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
+            *access &= AccessFs::from_file(abi);
+        }
+    }
+    rules
+}
+
+/// Zygote mode, in place of [`confine`] and [`finish`]: execs the zygote in these namespaces and this root,
+/// with what its forks apply to themselves (zygote.py) — the Landlock rules of a fresh start for this kernel's
+/// ABI, its seccomp filters (for pid 1, no exec at all) — and fd 3, a handle on /proc with which they map the
+/// ids of their own user namespaces. The zygote itself keeps no capability; its forks hold their own
+/// namespaces' only.
+fn exec_zygote(policy: &Policy, proc: OwnedFd) -> Result<Infallible, StepError> {
+    step("entering the scratch directory", std::env::set_current_dir(&policy.scratch))?;
+    // SAFETY: the version query of landlock_create_ruleset takes no ruleset.
+    let version = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, 0usize, 0usize, 1u32) };
+    if version < 1 {
+        return step("landlock", Err(std::io::Error::other("not supported by this kernel (needs Linux 5.13+)")));
+    }
+    let abi = ABI::from(version.min(LANDLOCK_ABI as libc::c_long) as i32);
+    let handled = AccessFs::from_all(abi);
+    let rules: Vec<serde_json::Value> = landlock_rules(policy, &[Path::new(PASSWD), Path::new(GROUP)], &[], abi)
+        .into_iter()
+        .map(|(path, access)| serde_json::json!([hex(path.as_os_str().as_bytes()), (access & handled).bits()]))
+        .collect();
+    let target = seccomp::Target { pid: 1, exec_path: 0, deny_metadata: false };
+    let filters = step("building the seccomp filters", seccomp::filters(target))?;
+    let filters: Vec<String> = filters.iter().map(|filter| hex(&filter_bytes(filter))).collect();
+    let confinement = serde_json::json!({
+        "backend": "landlock",
+        "scratch": hex(policy.scratch.as_os_str().as_bytes()),
+        "sandbox_id": SANDBOX_ID,
+        "proc_fd": ZYGOTE_PROC_FD,
+        "landlock": {
+            "fs": handled.bits(),
+            "net": AccessNet::from_all(abi).bits(),
+            "scoped": Scope::from_all(abi).bits(),
+            "rules": rules,
+        },
+        "seccomp": filters,
+    });
+    let raw = std::os::fd::IntoRawFd::into_raw_fd(proc);
+    // SAFETY: fd syscalls on our own table: /proc to fd 3 (inheritable), then nothing past it.
+    unsafe {
+        if raw != ZYGOTE_PROC_FD {
+            check("keeping /proc", libc::dup2(raw, ZYGOTE_PROC_FD) as libc::c_long)?;
+            libc::close(raw);
+        }
+        check("keeping /proc", libc::fcntl(ZYGOTE_PROC_FD, libc::F_SETFD, 0) as libc::c_long)?;
+        check("closing inherited files", libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32))?;
+        check("setting no_new_privs", libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
+    }
+    drop_capabilities()?;
+    let mut zygote = policy.clone();
+    zygote.args = crate::python::isolated_args(crate::protocol::ZYGOTE_SOURCE);
+    zygote.args.extend(policy.args.iter().cloned());
+    zygote.args.push(confinement.to_string());
+    Exec::new(&zygote, Some(SANDBOX_USER))?.run()
+}
+
+/// Where the zygote finds its handle on /proc.
+const ZYGOTE_PROC_FD: libc::c_int = 3;
+
+/// A seccomp filter as the kernel reads it: `struct sock_filter`s.
+fn filter_bytes(filter: &seccompiler::BpfProgram) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(filter.len() * 8);
+    for instruction in filter {
+        bytes.extend(instruction.code.to_ne_bytes());
+        bytes.extend([instruction.jt, instruction.jf]);
+        bytes.extend(instruction.k.to_ne_bytes());
+    }
+    bytes
 }
 
 fn drop_capabilities() -> Result<(), StepError> {

@@ -41,7 +41,14 @@ pub struct LandlockBackend {
     allow_degraded: bool,
     mounts: Vec<Mount>,
     packages: Packages,
+    /// `execution.zygote` (Linux): runners are forked from it, each in namespaces of its own.
+    #[cfg(target_os = "linux")]
+    zygote: Option<crate::zygote::Zygote>,
 }
+
+/// The zygote's own scratch tmpfs (its forks mount theirs over it), MiB.
+#[cfg(target_os = "linux")]
+const ZYGOTE_SCRATCH_MB: u64 = 1;
 
 /// What degraded mode lacks.
 const DEGRADED_MISSING: &str = "user namespaces: programs can learn which host files and processes exist";
@@ -57,6 +64,8 @@ impl LandlockBackend {
             allow_degraded: settings.allow_degraded,
             mounts: settings.mounts.clone(),
             packages: settings.packages.clone(),
+            #[cfg(target_os = "linux")]
+            zygote: settings.zygote.then(Default::default),
         }
     }
 
@@ -79,6 +88,7 @@ impl LandlockBackend {
             allow_degraded,
             mounts: self.mounts.clone(),
             site_packages: self.packages.site_packages,
+            zygote: false,
         };
         let prepared = tokio::task::spawn_blocking(move || prepare(run));
         let (run_dir, watched, group, policy) =
@@ -87,6 +97,71 @@ impl LandlockBackend {
             .await
             .map_err(|source| SpawnError::Start { program: self.helper.display().to_string(), source })?;
         host_runner(child, run_dir, group, watched)
+    }
+
+    /// A runner forked from the zygote (started now if none runs), or why there is none. Its cgroup and
+    /// rlimits are a fresh start's; its namespaces, scratch tmpfs, Landlock and seccomp it applies itself.
+    #[cfg(target_os = "linux")]
+    async fn fork(
+        &self,
+        zygote: &crate::zygote::Zygote,
+        python: &Python,
+        options: Option<String>,
+        request: &SpawnRequest,
+    ) -> Result<RunnerProcess, crate::host::ForkError> {
+        use crate::host::ForkError;
+        let limits = request.limits.clone();
+        let cpu_seconds = rlimits::cpu_seconds(request.timeout);
+        let prepared = tokio::task::spawn_blocking(move || {
+            // The scratch tmpfs is memory too, charged to the run's cgroup.
+            let group = RunGroup::for_run(&limits, limits.memory_bytes().saturating_add(limits.scratch_mb << 20));
+            let memory = rlimits::MemoryBound::for_host(rlimits::Os::CURRENT, group.bounds_memory());
+            let mut rlimits = rlimits::for_run(&limits, cpu_seconds, memory);
+            // Counted in the fork's own user namespace, as a fresh start's.
+            rlimits.push(rlimits::nproc(0, limits.tasks));
+            group.joiner().map(|join| (group, rlimits, join))
+        });
+        let failed = |source| ForkError::Spawn(SpawnError::Start { program: "runner".into(), source });
+        let (group, rlimits, join) = prepared.await.map_err(|e| failed(std::io::Error::other(e)))?.map_err(failed)?;
+        let mut env = crate::host::runner_env(None);
+        env.extend(["LOGNAME", "USER"].map(|name| (name.to_string(), helper::SANDBOX_USER.to_string())));
+        let fork = crate::zygote::ForkRequest {
+            rlimits,
+            env,
+            scratch: None,
+            scratch_mb: request.limits.scratch_mb,
+            cgroup: join,
+        };
+        let start = || self.start_zygote(python.clone(), options);
+        let forked = zygote.fork(fork, start).await.map_err(ForkError::Zygote)?;
+        crate::host::forked_runner(forked, None, group, Watched::default()).map_err(ForkError::Spawn)
+    }
+
+    /// The zygote: the helper in zygote mode, with a policy for no run (a tiny scratch of its own, no cgroup).
+    #[cfg(target_os = "linux")]
+    async fn start_zygote(
+        &self,
+        python: Python,
+        options: Option<String>,
+    ) -> Result<crate::zygote::ZygoteProcess, String> {
+        let run = Run {
+            python,
+            args: vec![options.unwrap_or_else(|| "{}".to_string())],
+            limits: crate::Limits { scratch_mb: ZYGOTE_SCRATCH_MB, ..Default::default() },
+            timeout: PROBE_TIMEOUT,
+            allow_degraded: false,
+            mounts: Vec::new(),
+            site_packages: self.packages.site_packages,
+            zygote: true,
+        };
+        let prepared = tokio::task::spawn_blocking(move || prepare(run)).await.map_err(|e| e.to_string())?;
+        // The helper builds scratch in its new root: the host directory prepared for it is not needed.
+        let (_, _, _, policy) = prepared.map_err(|e| e.to_string())?;
+        let (socket, theirs) = crate::zygote::socket_pair().map_err(|e| e.to_string())?;
+        let mut command = helper_command(&self.helper, &policy).map_err(|e| e.to_string())?;
+        command.stdin(std::process::Stdio::from(theirs)).stdout(std::process::Stdio::null());
+        let child = crate::spawner::spawn(command).await.map_err(|e| format!("{}: {e}", self.helper.display()))?;
+        Ok(crate::zygote::ZygoteProcess { child, socket })
     }
 }
 
@@ -99,11 +174,13 @@ struct Run {
     allow_degraded: bool,
     mounts: Vec<Mount>,
     site_packages: bool,
+    /// The zygote's policy: no cgroup of its own (each fork joins its run's).
+    zygote: bool,
 }
 
 /// A run's directories, what the server watches, its cgroup and the helper's policy.
 fn prepare(run: Run) -> Result<(tempfile::TempDir, Watched, RunGroup, Policy), SpawnError> {
-    let Run { python, args, limits, timeout, allow_degraded, mounts, site_packages } = run;
+    let Run { python, args, limits, timeout, allow_degraded, mounts, site_packages, zygote } = run;
     let run_dir = crate::scratch::run_dir().map_err(SpawnError::Scratch)?;
     let scratch = run_dir.path().join("scratch");
     std::fs::create_dir(&scratch).map_err(SpawnError::Scratch)?;
@@ -112,7 +189,7 @@ fn prepare(run: Run) -> Result<(tempfile::TempDir, Watched, RunGroup, Policy), S
     let watched = Watched { memory_bytes: None, scratch: Some((scratch.clone(), limits.scratch_mb << 20)) };
     // The scratch tmpfs is memory too, charged to the run's cgroup.
     let cgroup_memory = limits.memory_bytes().saturating_add(limits.scratch_mb << 20);
-    let group = RunGroup::for_run(&limits, cgroup_memory);
+    let group = if zygote { RunGroup::none() } else { RunGroup::for_run(&limits, cgroup_memory) };
     let cpu_seconds = rlimits::cpu_seconds(timeout);
     #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
     let request = PlanRequest {
@@ -126,6 +203,7 @@ fn prepare(run: Run) -> Result<(tempfile::TempDir, Watched, RunGroup, Policy), S
         site_packages,
     };
     let mut policy = plan(request, &inspect);
+    policy.zygote = zygote;
     #[cfg(target_os = "linux")]
     {
         policy.cgroup = group.cgroup().map(|c| policy::Cgroup {
@@ -195,10 +273,23 @@ impl SandboxBackend for LandlockBackend {
             .packages
             .runner_argument(&python.installed, &self.mounts)
             .map_err(|reason| SpawnError::Unavailable { kind: SandboxKind::Landlock, reason })?;
+        // A zygote's forks cannot show execution.mounts (their binds are not in its root): those start fresh.
+        #[cfg(target_os = "linux")]
+        if let Some(zygote) = self.zygote.as_ref().filter(|_| self.mounts.is_empty()) {
+            match self.fork(zygote, python, options.clone(), request).await {
+                Ok(runner) => return Ok(runner),
+                Err(crate::host::ForkError::Spawn(e)) => return Err(e),
+                Err(crate::host::ForkError::Zygote(e)) => tracing::debug!("starting a fresh runner: {e}"),
+            }
+        }
         self.start(python, runner_args(options), request, self.allow_degraded).await
     }
 
     async fn shutdown(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(zygote) = &self.zygote {
+            zygote.shutdown().await;
+        }
         crate::scratch::release();
     }
 }

@@ -40,6 +40,10 @@ pub struct Policy {
     /// `execution.mounts`: host folders shown as `scratch/NAME` (binds, or symlinks when degraded).
     #[serde(default)]
     pub mounts: Vec<Mount>,
+    /// Exec the zygote (`args` are its runner options) in place of confining this process and exec'ing a
+    /// runner: its forks confine themselves (zygote.py).
+    #[serde(default)]
+    pub zygote: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,6 +192,7 @@ pub fn plan(request: PlanRequest, inspect_path: &dyn Fn(&Path) -> PathKind) -> P
         allow_degraded: request.allow_degraded,
         cgroup: None,
         mounts: request.mounts.to_vec(),
+        zygote: false,
     }
 }
 

@@ -448,13 +448,40 @@ pub fn runners_under(dir: &Path) -> Vec<String> {
         .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
         .filter(|e| {
             let pid: i32 = e.file_name().to_string_lossy().parse().unwrap();
-            is_running(pid)
-                && std::fs::read(e.path().join("environ"))
-                    .map(|env| env.split(|b| *b == 0).any(|var| var.starts_with(needle.as_bytes())))
-                    .unwrap_or(false)
+            // A fresh runner has HOME in the environment it was started with. A zygote's fork (named
+            // `ptc-runner`; its relay `ptc-relay`) shows the zygote's, and works in a scratch directory
+            // under `dir`.
+            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            let started_there = || {
+                !comm.starts_with("ptc-")
+                    && !is_zygote(pid)
+                    && std::fs::read(e.path().join("environ"))
+                        .map(|env| env.split(|b| *b == 0).any(|var| var.starts_with(needle.as_bytes())))
+                        .unwrap_or(false)
+            };
+            let forked_there = || {
+                comm.trim() == "ptc-runner"
+                    && std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
+            };
+            is_running(pid) && (started_there() || forked_there())
         })
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect()
+}
+
+/// `execution` keys for a test of runners' scratch directories on the host: under landlock, without the
+/// zygote (whose forks keep scratch in a tmpfs of their own and nothing on the host; fresh runners have a
+/// host directory each).
+pub fn host_scratch_keys() -> &'static str {
+    if sandbox_under_test() == "landlock" { "  zygote: false\n" } else { "" }
+}
+
+/// Whether `pid` is a zygote (`execution.zygote`): an interpreter whose source starts with the zygote's first
+/// line, and not one of its forks (which it names `ptc-runner` and `ptc-relay`).
+pub fn is_zygote(pid: i32) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    !comm.starts_with("ptc-") && cmdline.split(|b| *b == 0).any(|arg| arg.starts_with(b"AS_ZYGOTE = True"))
 }
 
 /// Polls `check` every 50 ms until it holds (true) or `limit` has passed (false). Bounds are generous: a
