@@ -56,6 +56,11 @@ pub fn for_run(limits: &Limits, memory_bytes: u64) -> Option<RunCgroup> {
     parent.create(limits, memory_bytes).map_err(|e| tracing::warn!("no cgroup for this run: {e}")).ok()
 }
 
+/// Whether a run's cgroup here would bound its tasks or memory (not only serve to kill it whole).
+pub fn would_bound() -> bool {
+    parent().is_ok_and(|parent| parent.pids || parent.memory)
+}
+
 /// One line for `--check-sandbox`: what a run's cgroup does here, or why there is none.
 pub fn describe() -> String {
     match parent() {

@@ -94,12 +94,13 @@ where
 {
     let (scratch, prepared) = prepare_host_run(request, mounts).await.map_err(ForkError::Spawn)?;
     let Prepared { group, memory, rlimits, user, join } = prepared;
+    let cgroup = group.fork_handles(join).map_err(|source| ForkError::Spawn(SpawnError::Scratch(source)))?;
     let fork = crate::zygote::ForkRequest {
         rlimits,
         env: runner_env(user),
         scratch: Some(scratch.path().to_path_buf()),
         scratch_mb: request.limits.scratch_mb,
-        cgroup: join,
+        cgroup,
     };
     let forked = zygote.fork(fork, start).await.map_err(ForkError::Zygote)?;
     let watched = host_watched(request, memory, &scratch);
@@ -186,6 +187,13 @@ impl RunGroup {
         }
     }
 
+    /// [`for_run`](Self::for_run) where the cgroup would bound the run's tasks or memory; none where it would
+    /// only kill it whole.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn bounding_for_run(limits: &crate::Limits, memory_bytes: u64) -> RunGroup {
+        if crate::cgroup::would_bound() { RunGroup::for_run(limits, memory_bytes) } else { RunGroup::none() }
+    }
+
     pub(crate) fn bounds_memory(&self) -> bool {
         #[cfg(target_os = "linux")]
         return self.cgroup.as_ref().is_some_and(|c| c.bounds_memory);
@@ -208,6 +216,18 @@ impl RunGroup {
             return Ok(Some(file));
         }
         Ok(None)
+    }
+
+    /// The run's cgroup as a zygote's fork is given it (`procs`: from [`joiner`](Self::joiner)).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn fork_handles(
+        &self,
+        procs: Option<std::fs::File>,
+    ) -> std::io::Result<Option<crate::zygote::CgroupHandles>> {
+        match (&self.cgroup, procs) {
+            (Some(cgroup), Some(procs)) => crate::zygote::CgroupHandles::open(cgroup.dir(), procs).map(Some),
+            _ => Ok(None),
+        }
     }
 
     fn kill(&self) {

@@ -40,25 +40,26 @@ class Zygote(unittest.TestCase):
         self.assertTrue(message, "the zygote is alive")
         return json.loads(message), fds
 
-    def fork(self, rlimits=()):
-        """A fork, its stdin and stdout, its id and its pidfd."""
+    def fork(self, rlimits=(), cgroup=()):
+        """A fork, its stdin and stdout, its id and its pidfd; `cgroup`: the handles on its cgroup."""
         run = next(self.ids)
         stdin_read, stdin_write = os.pipe()
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
         request = {"fork": run, "rlimits": [list(r) for r in rlimits], "env": {"USER": "someone"},
                    "scratch": self.scratch.name.encode().hex(), "scratch_mb": 1}
-        socket.send_fds(self.server, [json.dumps(request).encode()], [stdin_read, stdout_write, stderr_write])
-        for fd in (stdin_read, stdout_write, stderr_write, stderr_read):
+        fds = [stdin_read, stdout_write, stderr_write, *cgroup]
+        socket.send_fds(self.server, [json.dumps(request).encode()], fds)
+        for fd in (stdin_read, stdout_write, stderr_write, stderr_read, *cgroup):
             os.close(fd)
         answer, fds = self.receive()
         self.assertEqual(answer, {"forked": run})
         self.assertEqual(len(fds), 1, "a pidfd of the fork")
         return os.fdopen(stdin_write, "wb", buffering=0), os.fdopen(stdout_read, "rb"), run, fds[0]
 
-    def run_program(self, code, rlimits=()):
-        """Runs `code` in a new fork; its `done` message, the fork's exit report and its pidfd."""
-        to_fork, from_fork, run, pidfd = self.fork(rlimits)
+    def run_program(self, code, rlimits=(), cgroup=()):
+        """Runs `code` in a new fork; its messages, the fork's exit report, its pidfd and its id."""
+        to_fork, from_fork, run, pidfd = self.fork(rlimits, cgroup)
         self.assertEqual(json.loads(from_fork.readline()), {"type": "ready", "version": 4})
         to_fork.write(json.dumps(run_message(code)).encode() + b"\n")
         messages = [json.loads(line) for line in from_fork]
@@ -78,10 +79,36 @@ class Zygote(unittest.TestCase):
         self.assertEqual(exited, {"exited": run, "code": 0})
         os.close(pidfd)
 
+    @unittest.skipUnless(os.access("/sys/fs/cgroup/unified/cgroup.procs", os.W_OK)
+                         or os.access("/sys/fs/cgroup/cgroup.procs", os.W_OK), "needs a writable cgroup v2 hierarchy")
+    def test_a_fork_starts_in_its_cgroup(self):
+        root = "/sys/fs/cgroup/unified" if os.path.exists("/sys/fs/cgroup/unified/cgroup.procs") else "/sys/fs/cgroup"
+        with open("/proc/self/cgroup") as own:
+            here = own.read().split("0::", 1)[1].split("\n")[0]
+        group = f"{root}{here.rstrip('/')}/ptc-zygote-test-{os.getpid()}"
+        os.mkdir(group)
+        try:
+            handles = [os.open(group, os.O_PATH | os.O_DIRECTORY), os.open(f"{group}/cgroup.procs", os.O_WRONLY)]
+            code = "print(open('/proc/self/cgroup').read().split('0::', 1)[1].split()[0])"
+            messages, exited, pidfd, run = self.run_program(code, cgroup=handles)
+            output = "".join(m["data"] for m in messages if m["type"] == "output")
+            self.assertEqual(output.strip(), group[len(root):])
+            self.server.send(json.dumps({"reap": run}).encode())
+            os.close(pidfd)
+        finally:
+            for _ in range(500):
+                try:
+                    os.rmdir(group)
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
     def test_an_ended_fork_stays_unreaped_until_the_server_says_reap(self):
         _, exited, pidfd, run = self.run_program("print(1)")
-        pid = int(next(l for l in open(f"/proc/self/fdinfo/{pidfd}") if l.startswith("Pid:")).split()[1])
-        self.assertEqual(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0], "Z", "a zombie until reaped")
+        with open(f"/proc/self/fdinfo/{pidfd}") as info:
+            pid = int(next(line for line in info if line.startswith("Pid:")).split()[1])
+        with open(f"/proc/{pid}/stat") as stat:
+            self.assertEqual(stat.read().rsplit(")", 1)[1].split()[0], "Z", "a zombie until reaped")
         self.server.send(json.dumps({"reap": run}).encode())
         for _ in range(500):
             if not os.path.exists(f"/proc/{pid}"):

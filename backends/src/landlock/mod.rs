@@ -99,8 +99,9 @@ impl LandlockBackend {
         host_runner(child, run_dir, group, watched)
     }
 
-    /// A runner forked from the zygote (started now if none runs), or why there is none. Its cgroup and
-    /// rlimits are a fresh start's; its namespaces, scratch tmpfs, Landlock and seccomp it applies itself.
+    /// A runner forked from the zygote (started now if none runs), or why there is none. Its rlimits are a
+    /// fresh start's, and its cgroup where that bounds tasks or memory; its namespaces, scratch tmpfs,
+    /// Landlock and seccomp it applies itself.
     #[cfg(target_os = "linux")]
     async fn fork(
         &self,
@@ -113,25 +114,24 @@ impl LandlockBackend {
         let limits = request.limits.clone();
         let cpu_seconds = rlimits::cpu_seconds(request.timeout);
         let prepared = tokio::task::spawn_blocking(move || {
-            // The scratch tmpfs is memory too, charged to the run's cgroup.
-            let group = RunGroup::for_run(&limits, limits.memory_bytes().saturating_add(limits.scratch_mb << 20));
+            // The scratch tmpfs is memory too, charged to the run's cgroup. A cgroup that bounds neither
+            // tasks nor memory would add nothing to a fork (its pid namespace already ends it whole, and it
+            // cannot leave its process group), while taking one on can cost a kernel RCU wait of milliseconds.
+            let memory_bytes = limits.memory_bytes().saturating_add(limits.scratch_mb << 20);
+            let group = RunGroup::bounding_for_run(&limits, memory_bytes);
             let memory = rlimits::MemoryBound::for_host(rlimits::Os::CURRENT, group.bounds_memory());
             let mut rlimits = rlimits::for_run(&limits, cpu_seconds, memory);
             // Counted in the fork's own user namespace, as a fresh start's.
             rlimits.push(rlimits::nproc(0, limits.tasks));
-            group.joiner().map(|join| (group, rlimits, join))
+            let cgroup = group.joiner().and_then(|join| group.fork_handles(join))?;
+            Ok::<_, std::io::Error>((group, rlimits, cgroup))
         });
         let failed = |source| ForkError::Spawn(SpawnError::Start { program: "runner".into(), source });
-        let (group, rlimits, join) = prepared.await.map_err(|e| failed(std::io::Error::other(e)))?.map_err(failed)?;
+        let (group, rlimits, cgroup) = prepared.await.map_err(|e| failed(std::io::Error::other(e)))?.map_err(failed)?;
         let mut env = crate::host::runner_env(None);
         env.extend(["LOGNAME", "USER"].map(|name| (name.to_string(), helper::SANDBOX_USER.to_string())));
-        let fork = crate::zygote::ForkRequest {
-            rlimits,
-            env,
-            scratch: None,
-            scratch_mb: request.limits.scratch_mb,
-            cgroup: join,
-        };
+        let fork =
+            crate::zygote::ForkRequest { rlimits, env, scratch: None, scratch_mb: request.limits.scratch_mb, cgroup };
         let start = || self.start_zygote(python.clone(), options);
         let forked = zygote.fork(fork, start).await.map_err(ForkError::Zygote)?;
         crate::host::forked_runner(forked, None, group, Watched::default()).map_err(ForkError::Spawn)

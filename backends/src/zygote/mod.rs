@@ -39,13 +39,31 @@ pub(crate) fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// What one fork is given: its rlimits, environment and working directory (`None`: the zygote's own
-/// scratch), the size of its scratch tmpfs where it mounts one, and its cgroup's `cgroup.procs`.
+/// scratch), the size of its scratch tmpfs where it mounts one, and its cgroup.
 pub(crate) struct ForkRequest {
     pub rlimits: Vec<crate::rlimits::Rlimit>,
     pub env: Vec<(String, String)>,
     pub scratch: Option<std::path::PathBuf>,
     pub scratch_mb: u64,
-    pub cgroup: Option<std::fs::File>,
+    pub cgroup: Option<CgroupHandles>,
+}
+
+/// A run's cgroup as a fork is given it: its directory (an `O_PATH` handle, to be forked into) and its
+/// `cgroup.procs`, open for writing (to move into where the zygote may not fork into it).
+pub(crate) struct CgroupHandles {
+    pub dir: OwnedFd,
+    pub procs: std::fs::File,
+}
+
+impl CgroupHandles {
+    pub(crate) fn open(dir: &std::path::Path, procs: std::fs::File) -> std::io::Result<CgroupHandles> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)?;
+        Ok(CgroupHandles { dir: dir.into(), procs })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -249,7 +267,9 @@ impl Live {
         let (exit, exited) = oneshot::channel();
         self.waiters().insert(id, Waiter::Fork(answer));
         let mut fds = vec![stdin_read.as_raw_fd(), stdout_write.as_raw_fd(), stderr_write.as_raw_fd()];
-        fds.extend(request.cgroup.as_ref().map(AsRawFd::as_raw_fd));
+        if let Some(cgroup) = &request.cgroup {
+            fds.extend([cgroup.dir.as_raw_fd(), cgroup.procs.as_raw_fd()]);
+        }
         let message = serde_json::json!({
             "fork": id,
             "rlimits": request.rlimits.iter().map(|&(resource, value)| [resource as u64, value]).collect::<Vec<_>>(),
@@ -280,6 +300,7 @@ impl Live {
             pidfd,
             streams: Some((to_runner, from_runner, stderr)),
             exited: Some(exited),
+            status: None,
             zygote: Arc::clone(self),
             id,
             reaped: false,
@@ -334,6 +355,8 @@ pub(crate) struct Forked {
     pidfd: OwnedFd,
     streams: Option<(pipe::Sender, pipe::Receiver, pipe::Receiver)>,
     exited: Option<oneshot::Receiver<ExitInfo>>,
+    /// How it ended, once the zygote said.
+    status: Option<ExitInfo>,
     zygote: Arc<Live>,
     id: u64,
     reaped: bool,
@@ -345,18 +368,24 @@ impl Forked {
         self.streams.take()
     }
 
-    /// How the leader ended (waits for it); the zygote then reaps it, so call it once its group is killed.
+    /// How the leader ended (waits for it; cancellation-safe); the zygote then reaps it, so call it once its
+    /// group is killed.
     pub(crate) async fn status(&mut self) -> ExitInfo {
-        let info = match self.exited.take() {
-            Some(exited) => exited.await.unwrap_or_else(|_| ExitInfo::Unknown("the zygote ended".into())),
-            None => ExitInfo::Unknown("already waited for".into()),
-        };
+        if let Some(exited) = &mut self.exited {
+            let info = exited.await.unwrap_or_else(|_| ExitInfo::Unknown("the zygote ended".into()));
+            self.exited = None;
+            self.status = Some(info);
+        }
         self.reap();
-        info
+        self.status.clone().unwrap_or_else(|| ExitInfo::Unknown("the zygote ended".into()))
     }
 
-    /// Whether the leader has exited (a pidfd becomes readable then).
+    /// Whether the leader has exited (a pidfd becomes readable then), or is about to: its zygote ended, and a
+    /// zygote's forks die with it (a moment later on a busy machine).
     pub(crate) fn has_exited(&self) -> bool {
+        if self.zygote.has_ended() {
+            return true;
+        }
         let mut poll = libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: poll of one fd we own, without waiting.
         unsafe { libc::poll(&mut poll, 1, 0) != 0 }

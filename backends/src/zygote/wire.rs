@@ -4,8 +4,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-/// The most descriptors one message carries (a fork's stdio and its cgroup; a pidfd back).
-pub(super) const MAX_FDS: usize = 4;
+/// The most descriptors one message carries (a fork's stdio and its cgroup's two handles; a pidfd back).
+pub(super) const MAX_FDS: usize = 5;
 /// The longest message the zygote sends (a fork's failure, with its reason).
 pub(super) const MAX_MESSAGE: usize = 16 * 1024;
 
