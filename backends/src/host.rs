@@ -402,8 +402,16 @@ fn led_runner(
     let tail = StderrTail::default();
     let stderr_reader = Some(tokio::spawn(keep_stderr_tail(stderr, tail.clone())));
     let lifecycle = pid.map(|pid| Lifecycle::of(pid, watched));
-    let control =
-        HostControl { leader, lifecycle, exited: None, stderr_tail: tail, stderr_reader, group, _scratch: scratch };
+    let control = HostControl {
+        leader,
+        lifecycle,
+        exited: None,
+        passed: None,
+        stderr_tail: tail,
+        stderr_reader,
+        group,
+        _scratch: scratch,
+    };
     RunnerProcess { to_runner, from_runner, control: Box::new(control) }
 }
 
@@ -496,6 +504,8 @@ struct HostControl {
     /// Until the leader is reaped (`None` also if it had exited when spawned): its group is ours to kill.
     lifecycle: Option<Lifecycle>,
     exited: Option<ExitInfo>,
+    /// The limit the run passed, if its watch killed it (known once the leader has exited).
+    passed: Option<String>,
     stderr_tail: StderrTail,
     /// Fills `stderr_tail`; ends once nothing holds the runner's stderr open.
     stderr_reader: Option<JoinHandle<()>>,
@@ -523,17 +533,17 @@ impl RunnerControl for HostControl {
         if let Some(info) = &self.exited {
             return info.clone();
         }
-        let mut passed = None;
         if let Some(lifecycle) = &self.lifecycle {
             // Whatever the leader left behind in its group goes, before the leader is reaped.
             lifecycle.exit.exited().await;
             self.kill_group();
-            passed = lifecycle.limits.as_ref().and_then(|l| l.passed().map(str::to_string));
+            self.passed = lifecycle.limits.as_ref().and_then(|l| l.passed().map(str::to_string));
         }
         // No watch may signal the group, nor the reaper remember it, once its id is free.
         self.lifecycle = None;
+        // A zygote's answer takes a moment: a wait cancelled meanwhile has kept the limit passed in `passed`.
         let status = self.leader.status().await;
-        let info = match passed {
+        let info = match self.passed.clone() {
             Some(why) => ExitInfo::PastLimit(why),
             None => status,
         };
