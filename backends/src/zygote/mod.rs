@@ -222,7 +222,7 @@ impl Live {
     }
 
     /// Passes one message from the zygote to the run it is for.
-    fn answer(&self, message: &[u8], mut fds: Vec<OwnedFd>) {
+    fn answer(self: &Arc<Self>, message: &[u8], mut fds: Vec<OwnedFd>) {
         let Ok(answer) = serde_json::from_slice::<Answer>(message) else {
             tracing::warn!("the runner zygote sent a message the server does not know");
             return;
@@ -230,8 +230,14 @@ impl Live {
         let mut waiters = self.waiters();
         match answer {
             Answer::Forked { forked } => {
-                if let (Some(Waiter::Fork(waiter)), Some(pidfd)) = (waiters.remove(&forked), fds.pop()) {
-                    let _ = waiter.send(Ok(pidfd));
+                let delivered = match (waiters.remove(&forked), fds.pop()) {
+                    (Some(Waiter::Fork(waiter)), Some(pidfd)) => waiter.send(Ok(pidfd)).is_ok(),
+                    _ => false,
+                };
+                if !delivered {
+                    // Its start was given up meanwhile: the fork finds its channel closed and ends.
+                    drop(waiters);
+                    self.reap_later(forked);
                 }
             }
             Answer::Failed { failed, error } => {
@@ -249,6 +255,18 @@ impl Live {
                     let _ = waiter.send(info);
                 }
             }
+        }
+    }
+
+    /// Tells the zygote it may reap run `id`'s leader once it has ended; no answer is awaited any more.
+    fn reap_later(self: &Arc<Self>, id: u64) {
+        let zygote = Arc::clone(self);
+        // Without a runtime (the server is going away) the zygote's end takes the leader with it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                zygote.waiters().remove(&id);
+                let _ = zygote.send(&serde_json::json!({"reap": id}), &[]).await;
+            });
         }
     }
 
@@ -398,17 +416,8 @@ impl Forked {
     }
 
     fn reap(&mut self) {
-        if std::mem::replace(&mut self.reaped, true) {
-            return;
-        }
-        let zygote = Arc::clone(&self.zygote);
-        let id = self.id;
-        // Without a runtime (the server is going away) the zygote's end takes the leader with it.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                zygote.waiters().remove(&id);
-                let _ = zygote.send(&serde_json::json!({"reap": id}), &[]).await;
-            });
+        if !std::mem::replace(&mut self.reaped, true) {
+            self.zygote.reap_later(self.id);
         }
     }
 }
