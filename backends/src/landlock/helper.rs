@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -367,11 +367,7 @@ fn unshare_error() -> std::io::Error {
 }
 
 fn pipe(what: &str) -> Result<(OwnedFd, OwnedFd), StepError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 into a local array.
-    check(what, unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } as libc::c_long)?;
-    // SAFETY: fresh fds owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    step(what, crate::zygote::pipe_pair())
 }
 
 fn fork() -> Result<libc::pid_t, StepError> {

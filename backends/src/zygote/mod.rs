@@ -344,8 +344,8 @@ enum Answer {
     Exited { exited: u64, code: Option<i32>, signal: Option<i32> },
 }
 
-/// A pipe (read end, write end), close-on-exec, the server's end to be made non-blocking by tokio.
-fn pipe_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+/// A pipe (read end, write end), both close-on-exec.
+pub(crate) fn pipe_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     use std::os::fd::FromRawFd;
     let mut fds = [0; 2];
     // SAFETY: pipe2 into a local array.
