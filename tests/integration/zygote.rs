@@ -40,6 +40,19 @@ fn descends_from(mut pid: i32, ancestor: i32) -> bool {
     false
 }
 
+/// A server with these `execution` keys after one run, and its zygote's pid.
+async fn started_with_zygote(execution: &str) -> (Ptc, i32) {
+    let ptc = Ptc::start(&config(&[], execution)).await;
+    ptc.execute("print(1)").await.expect_ok();
+    let zygote = one_zygote(&ptc).await;
+    (ptc, zygote)
+}
+
+fn kill(pid: i32) {
+    // SAFETY: kill of a pid this test found.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
 async fn one_zygote(ptc: &Ptc) -> i32 {
     let server = ptc.child.id().expect("the server runs");
     let mut found = Vec::new();
@@ -79,11 +92,8 @@ async fn a_zygote_killed_between_runs_is_replaced() {
     if !has_zygote() {
         return;
     }
-    let ptc = Ptc::start(&config(&[], "  pool_size: 0\n")).await;
-    ptc.execute("print(1)").await.expect_ok();
-    let zygote = one_zygote(&ptc).await;
-    // SAFETY: kill of a pid this test found.
-    unsafe { libc::kill(zygote, libc::SIGKILL) };
+    let (ptc, zygote) = started_with_zygote("  pool_size: 0\n").await;
+    kill(zygote);
     assert!(eventually(Duration::from_secs(10), || !is_running(zygote)).await, "the zygote {zygote} died");
     for i in 0..3 {
         assert_eq!(
@@ -100,16 +110,13 @@ async fn a_run_whose_zygote_dies_ends_at_once_saying_so() {
     if !has_zygote() {
         return;
     }
-    let ptc = Ptc::start(&config(&[], "  timeout_seconds: 60\n")).await;
-    ptc.execute("print(1)").await.expect_ok();
-    let zygote = one_zygote(&ptc).await;
+    let (ptc, zygote) = started_with_zygote("  timeout_seconds: 60\n").await;
     let started = Instant::now();
-    let kill = async {
+    let killer = async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        // SAFETY: kill of a pid this test found.
-        unsafe { libc::kill(zygote, libc::SIGKILL) };
+        kill(zygote);
     };
-    let (run, ()) = tokio::join!(ptc.execute("import time\nprint('started', flush=True)\ntime.sleep(50)"), kill);
+    let (run, ()) = tokio::join!(ptc.execute("import time\nprint('started', flush=True)\ntime.sleep(50)"), killer);
     let error = run.expect_error();
     assert!(started.elapsed() < Duration::from_secs(30), "the run ended with its zygote, not at its time limit");
     assert!(error.contains("started"), "its output so far is kept: {error}");
