@@ -135,8 +135,7 @@ impl KubernetesBackend {
         let image = self.image(source);
         let limits = Limits::default();
         let script = confined_source(&limits, rlimits::cpu_seconds(PROBE_TIMEOUT), None, PROBE_SCRIPT);
-        // The runtime could not start the interpreter: the exec's status says so, before or after the source
-        // was sent.
+        // The runtime could not start the interpreter: the exec's status says so before the source is sent.
         let runner = self.start(connected, source, &limits, script).await.map_err(|e| match e {
             KubeError::Exec { why, .. } if says_a_command_is_missing(&why) => {
                 KubeError::NoPython { image: image.clone() }
@@ -146,7 +145,6 @@ impl KubernetesBackend {
         let probe = runner.finish_probe(PROBE_TIMEOUT).await;
         let found: ImagePython = match serde_json::from_str(probe.stdout.trim()) {
             Ok(found) if probe.completed => found,
-            _ if says_a_command_is_missing(&probe.exit.to_string()) => return Err(KubeError::NoPython { image }),
             _ => {
                 let output = if probe.stderr.trim().is_empty() { &probe.stdout } else { &probe.stderr };
                 return Err(KubeError::ProbeFailed { image, exit: probe.exit, output: output.trim().to_string() });

@@ -12,4 +12,5 @@ def _ptc_boot():
     while not header.endswith(b"\n"):
         header += read(1)
     return compile(read(int(header)), "<string>", "exec")
+os.write(1, b"\n")
 exec(_ptc_boot())

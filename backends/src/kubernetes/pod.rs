@@ -34,9 +34,10 @@ pub const FIRST_RUNNER_WAIT_SECONDS: u64 = 300;
 
 /// The container's first process (see its docstring).
 pub const KEEPER_SOURCE: &str = include_str!("keeper.py");
-/// What the exec'd interpreter runs: it reads the source to run from its stdin (a decimal length, a newline,
-/// then the source), so the command line stays small whatever the runner's size (it travels in the exec
-/// request's URL, through the API server and its proxies).
+/// What the exec'd interpreter runs: it writes a newline to its stdout (it runs: the server sends nothing
+/// before), then reads the source to run from its stdin (a decimal length, a newline, then the source), so the
+/// command line stays small whatever the runner's size (it travels in the exec request's URL, through the API
+/// server and its proxies).
 pub const BOOTSTRAP_SOURCE: &str = include_str!("bootstrap.py");
 
 /// The first process of a runner container: the keeper, waiting `first_wait` seconds (0: no limit) for a

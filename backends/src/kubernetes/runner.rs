@@ -1,6 +1,6 @@
-//! One runner in a pod: the interpreter exec'd in the runner container, its source sent on stdin, its stdout the
-//! channel and its stderr the diagnostics tail; the exec stream's status says how it ended. What owns the pod
-//! (the pod itself, or the claim it came from) is deleted when the runner is done with.
+//! One runner in a pod: the interpreter exec'd in the runner container, its source sent on stdin once it runs,
+//! its stdout the channel and its stderr the diagnostics tail; the exec stream's status says how it ended. What
+//! owns the pod (the pod itself, or the claim it came from) is deleted when the runner is done with.
 
 use std::time::Duration;
 
@@ -10,7 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{AttachParams, DeleteParams, DynamicObject};
 use kube::{Api, Client};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinHandle};
+use tokio::time::error::Elapsed;
 
 use super::claim::Claims;
 use super::error::{KubeError, is_not_found, source_chain};
@@ -20,6 +21,8 @@ use crate::{ExitInfo, RunnerControl, RunnerProcess};
 
 /// How long deleting a pod (or claim) may take before we give up on it.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the bootstrap may take to say it runs once exec'd.
+const STARTED_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes of the runner's output held between the exec stream and the server's reader.
 const CHANNEL_BUFFER: usize = 64 * 1024;
 
@@ -98,7 +101,7 @@ pub async fn exec(
         kube::Error::Api(_) | kube::Error::HyperError(_) | kube::Error::Service(_) => refused(e),
         other => failed(source_chain(&other)),
     })?;
-    let (Some(mut stdin), Some(stdout), Some(mut stderr), Some(status)) =
+    let (Some(mut stdin), Some(mut stdout), Some(mut stderr), Some(status)) =
         (attached.stdin(), attached.stdout(), attached.stderr(), attached.take_status())
     else {
         return Err(failed("the exec stream has no stdin, stdout or stderr".to_string()));
@@ -119,17 +122,29 @@ pub async fn exec(
         drop(attached);
         ended
     });
+    // The bootstrap says it runs before it is sent anything: kube's stream task gives up at a failed send
+    // without reading what came, so data sent to an exec that could not start (its API closing the connection)
+    // would lose the status saying why.
+    match tokio::time::timeout(STARTED_TIMEOUT, stdout.read_exact(&mut [0; 1])).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) => return Err(failed(ended_early(tokio::time::timeout(DELETE_TIMEOUT, waiter).await))),
+        Err(_) => return Err(failed(format!("it did not start within {} s", STARTED_TIMEOUT.as_secs()))),
+    }
     if let Err(e) = stdin.write_all(&framed(source)).await {
-        // The stream ended first: its status says why (e.g. the command is not in the image).
-        let ended = tokio::time::timeout(DELETE_TIMEOUT, waiter).await;
-        let why = match ended {
-            Ok(Ok(ExitInfo::Unknown(why))) => why,
-            _ => format!("could not send the runner's source: {e}"),
-        };
-        return Err(failed(why));
+        return Err(failed(format!("could not send the runner's source: {e}")));
     }
     let control = KubeControl { owner, waiter, exited: None, stderr_tail, deleted: false };
     Ok(RunnerProcess { to_runner: Box::pin(stdin), from_runner: Box::pin(stdout), control: Box::new(control) })
+}
+
+/// Why a runner's exec stream ended before the runner got its source (e.g. the command is not in the image).
+fn ended_early(ended: Result<Result<ExitInfo, JoinError>, Elapsed>) -> String {
+    match ended {
+        Ok(Ok(ExitInfo::Unknown(why))) => why,
+        Ok(Ok(exit)) => format!("it ended ({exit}) before it got its source"),
+        Ok(Err(e)) => format!("lost track of it: {e}"),
+        Err(_) => format!("its exec stream ended, but no status came within {} s", DELETE_TIMEOUT.as_secs()),
+    }
 }
 
 /// How the exec'd process ended, from the stream's status: `Success`, or `NonZeroExitCode` with the code as
