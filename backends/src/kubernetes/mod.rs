@@ -12,6 +12,8 @@ mod backend;
 #[cfg(feature = "kubernetes")]
 mod claim;
 #[cfg(feature = "kubernetes")]
+mod ending;
+#[cfg(feature = "kubernetes")]
 mod error;
 #[cfg(feature = "kubernetes")]
 pub mod pod;

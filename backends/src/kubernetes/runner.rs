@@ -12,8 +12,10 @@ use kube::{Api, Client};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::error::Elapsed;
+use tokio_util::sync::CancellationToken;
 
 use super::claim::Claims;
+use super::ending::EndsWithStream;
 use super::error::{KubeError, is_not_found, source_chain};
 use super::pod::{CONTAINER, exec_command, framed};
 use crate::tail::StderrTail;
@@ -101,11 +103,14 @@ pub async fn exec(
         kube::Error::Api(_) | kube::Error::HyperError(_) | kube::Error::Service(_) => refused(e),
         other => failed(source_chain(&other)),
     })?;
-    let (Some(mut stdin), Some(mut stdout), Some(mut stderr), Some(status)) =
+    let (Some(mut stdin), Some(stdout), Some(stderr), Some(status)) =
         (attached.stdin(), attached.stdout(), attached.stderr(), attached.take_status())
     else {
         return Err(failed("the exec stream has no stdin, stdout or stderr".to_string()));
     };
+    let over = CancellationToken::new();
+    let mut stdout = EndsWithStream::new(stdout, &over);
+    let mut stderr = EndsWithStream::new(stderr, &over);
     let stderr_tail = StderrTail::default();
     let tail = stderr_tail.clone();
     // Read all along: the stream stalls while a channel's buffer is full.
@@ -115,12 +120,13 @@ pub async fn exec(
             tail.push(&buffer[..n]);
         }
     });
-    let waiter = tokio::spawn(async move {
-        let ended = exit_info(status.await);
+    let mut waiter = tokio::spawn(async move {
+        let status = status.await;
+        // The stream's task ends with the status, or without one (then its error says why).
+        let ended = attached.join().await;
+        over.cancel();
         let _ = stderr_task.await;
-        // The stream task ends with the status; kept until then so that it is not aborted.
-        drop(attached);
-        ended
+        exit_info(status, ended.err().map(|e| source_chain(&e)))
     });
     // The bootstrap says it runs before it is sent anything: kube's stream task gives up at a failed send
     // without reading what came, so data sent to an exec that could not start (its API closing the connection)
@@ -130,9 +136,12 @@ pub async fn exec(
         Ok(Err(_)) => return Err(failed(ended_early(tokio::time::timeout(DELETE_TIMEOUT, waiter).await))),
         Err(_) => return Err(failed(format!("it did not start within {} s", STARTED_TIMEOUT.as_secs()))),
     }
-    if let Err(e) = stdin.write_all(&framed(source)).await {
-        return Err(failed(format!("could not send the runner's source: {e}")));
-    }
+    let framed = framed(source);
+    let sent = tokio::select! {
+        sent = stdin.write_all(&framed) => sent.map_err(|e| format!("could not send the runner's source: {e}")),
+        ended = &mut waiter => Err(ended_early(Ok(ended))),
+    };
+    sent.map_err(failed)?;
     let control = KubeControl { owner, waiter, exited: None, stderr_tail, deleted: false };
     Ok(RunnerProcess { to_runner: Box::pin(stdin), from_runner: Box::pin(stdout), control: Box::new(control) })
 }
@@ -148,10 +157,12 @@ fn ended_early(ended: Result<Result<ExitInfo, JoinError>, Elapsed>) -> String {
 }
 
 /// How the exec'd process ended, from the stream's status: `Success`, or `NonZeroExitCode` with the code as
-/// its `ExitCode` cause (the runtime reports a process killed by signal N as 128 + N).
-fn exit_info(status: Option<Status>) -> ExitInfo {
+/// its `ExitCode` cause (the runtime reports a process killed by signal N as 128 + N). Without a status,
+/// `broken` is how the stream failed, if it did.
+fn exit_info(status: Option<Status>, broken: Option<String>) -> ExitInfo {
     let Some(status) = status else {
-        return ExitInfo::Unknown("the exec stream ended without an exit status (the pod was deleted?)".to_string());
+        let why = broken.unwrap_or_else(|| "the pod was deleted?".to_string());
+        return ExitInfo::Unknown(format!("the exec stream ended without an exit status ({why})"));
     };
     if status.status.as_deref() == Some("Success") {
         return ExitInfo::Code(0);
@@ -242,15 +253,19 @@ mod tests {
 
     #[test]
     fn the_exec_status_says_how_the_runner_ended() {
-        assert_eq!(exit_info(Some(Status { status: Some("Success".into()), ..Default::default() })), ExitInfo::Code(0));
-        assert_eq!(exit_info(Some(failure("70"))), ExitInfo::Code(70));
-        assert_eq!(exit_info(Some(failure("137"))), ExitInfo::Signal(9));
+        let ended = |status| exit_info(Some(status), None);
+        assert_eq!(ended(Status { status: Some("Success".into()), ..Default::default() }), ExitInfo::Code(0));
+        assert_eq!(ended(failure("70")), ExitInfo::Code(70));
+        assert_eq!(ended(failure("137")), ExitInfo::Signal(9));
         let broken = Status {
             status: Some("Failure".into()),
             message: Some("container not found".into()),
             ..Default::default()
         };
-        assert_eq!(exit_info(Some(broken)), ExitInfo::Unknown("the exec failed: container not found".into()));
-        assert!(matches!(exit_info(None), ExitInfo::Unknown(_)));
+        assert_eq!(ended(broken), ExitInfo::Unknown("the exec failed: container not found".into()));
+        let cut = ExitInfo::Unknown("the exec stream ended without an exit status (the pod was deleted?)".into());
+        assert_eq!(exit_info(None, None), cut);
+        let reset = exit_info(None, Some("connection reset".into()));
+        assert_eq!(reset, ExitInfo::Unknown("the exec stream ended without an exit status (connection reset)".into()));
     }
 }

@@ -61,6 +61,9 @@ pub struct Behaviour {
     pub warm_pool: Option<Value>,
     /// Namespaces other than [`NAMESPACE`] do not exist; with this, neither does that one.
     pub no_namespace: bool,
+    /// Reset every exec's connection as soon as it is upgraded (as a failing proxy or API server cuts it): no
+    /// status, no close frame.
+    pub reset_execs: bool,
 }
 
 struct FakePod {
@@ -470,7 +473,7 @@ impl Fake {
             (container["env"].clone(), pod.scratch.clone(), container["image"].as_str().unwrap_or_default().to_string())
         };
         let offered: Vec<&str> = recorded.protocols.split(',').map(str::trim).collect();
-        let v4_only = self.behaviour.lock().unwrap().v4_only;
+        let Behaviour { v4_only, reset_execs, .. } = self.behaviour.lock().unwrap().clone();
         let protocol = if offered.contains(&"v5.channel.k8s.io") && !v4_only {
             "v5.channel.k8s.io"
         } else if offered.contains(&"v4.channel.k8s.io") {
@@ -505,6 +508,12 @@ impl Fake {
         let v5 = protocol.starts_with("v5");
         tokio::spawn(async move {
             let Ok(upgraded) = hyper::upgrade::on(request).await else { return };
+            if reset_execs {
+                drop(child);
+                reset(upgraded);
+                fake.exec_ended(&pod);
+                return;
+            }
             let socket =
                 tokio_tungstenite::WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
             match child {
@@ -630,6 +639,12 @@ fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
         .unwrap_or(true)
+}
+
+/// Closes an upgraded connection with a TCP reset.
+fn reset(upgraded: hyper::upgrade::Upgraded) {
+    let parts = upgraded.downcast::<TokioIo<tokio::net::TcpStream>>().expect("the fake serves plain TCP");
+    parts.io.inner().set_zero_linger().unwrap();
 }
 
 /// What the stream carries when the runtime cannot start the command: the status, as runc words it.

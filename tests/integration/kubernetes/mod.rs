@@ -386,6 +386,19 @@ async fn an_image_without_python_is_a_clear_error() {
 }
 
 #[apply(integration_test!)]
+async fn an_exec_stream_cut_without_a_status_is_a_clear_error_at_once() {
+    let Some(()) = built_with_kubernetes() else { return };
+    let fake = FakeKube::start(Behaviour { reset_execs: true, ..Default::default() }).await;
+    let began = std::time::Instant::now();
+    let execution = "  pool_size: 0\n  timeout_seconds: 30\n";
+    let text = Ptc::start(&kube_config(&fake, &[], execution, "")).await.execute("print(1)").await.expect_error();
+    assert!(text.contains("could not start the runner in pod ptc-runner-"), "{text}");
+    assert!(text.contains("the exec stream ended without an exit status"), "{text}");
+    assert!(text.contains("Connection reset by peer"), "{text}");
+    assert!(began.elapsed() < PROMPT, "{:?}", began.elapsed());
+}
+
+#[apply(integration_test!)]
 async fn check_sandbox_reports_the_backend_and_what_it_asks_of_the_cluster() {
     let Some(()) = built_with_kubernetes() else { return };
     let fake = FakeKube::start(Behaviour::default()).await;
