@@ -53,6 +53,7 @@ import io
 import itertools
 import json
 import linecache
+import mmap
 import os
 import re
 import resource
@@ -111,8 +112,10 @@ class Channel:
         self._read_lock = threading.Lock()  # one reader at a time, of the fd and the buffer
         self._buffer = bytearray()  # what was read past the last line
         self._scanned = 0  # the buffer's first bytes that hold no newline
-        # Reads land here first: os.read would allocate (mmap), shrink and free a 1 MiB buffer every time.
-        self._chunk = memoryview(bytearray(LINE_READ_CHUNK))
+        # Reads land here first: os.read would allocate (mmap), shrink and free a 1 MiB buffer every time. An
+        # anonymous map rather than a bytearray: only the pages a read fills are ever touched, where zeroing
+        # 1 MiB was a quarter of a forked runner's page faults.
+        self._chunk = memoryview(mmap.mmap(-1, LINE_READ_CHUNK, flags=mmap.MAP_PRIVATE))
         self._run = None  # the next `run` message: (parsed message, None) or (None, why it could not be)
         self._awaiting_run = True  # the next line that is no `result` is a `run` (stale results are dropped)
         self._run_arrived = threading.Event()
