@@ -526,13 +526,34 @@ def program_line():
     return None if frame is None else frame.f_lineno
 
 
+class _LastLoop(threading.local):
+    loop = None
+
+
+_LAST_LOOP = _LastLoop()
+
+
+def runs_here(loop):
+    """Whether `loop` is running in this thread, as asyncio records it (a loop of another kind: never)."""
+    return getattr(loop, "_thread_id", None) == threading.get_ident()
+
+
+def running_loop():
+    """asyncio.get_running_loop() without its getpid() system call, once a call: the loop this thread last ran
+    is still the one running while asyncio says it runs here (only one loop can run in a thread)."""
+    loop = _LAST_LOOP.loop
+    if not runs_here(loop):
+        loop = _LAST_LOOP.loop = asyncio.get_running_loop()
+    return loop
+
+
 def make_tool(channel, spec, book):
     name = spec.name
     quoted = ENCODER.encode(name).encode("utf-8")
 
     async def call(arguments, line):
         book.started += 1
-        loop = asyncio.get_running_loop()  # whichever loop awaits us: top-level or the program's asyncio.run
+        loop = running_loop()  # whichever loop awaits us: top-level or the program's asyncio.run
         future = loop.create_future()
 
         def settle(result):
@@ -540,7 +561,7 @@ def make_tool(channel, spec, book):
                 future.set_result(result)
 
         def deliver(result):  # on whichever thread read it
-            if asyncio._get_running_loop() is loop:  # the loop read it itself (so it runs, so it is open)
+            if runs_here(loop):  # the loop read it itself (so it runs, so it is open)
                 settle(result)
                 return
             try:
