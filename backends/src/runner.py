@@ -78,6 +78,7 @@ ORDERING_DRAIN_SECONDS = 0.05  # before a print: what fds 1/2 hold (a writer tha
 # macOS reports nothing about a descriptor it is asked nothing about, so there the thread reads as well.
 IDLE_POLL = 0 if sys.platform.startswith("linux") else select.POLLIN
 ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+DECODER = json.JSONDecoder()
 CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
 EXCEPTION_GROUPS = getattr(builtins, "BaseExceptionGroup", ())  # 3.11+; isinstance(x, ()) is always False
@@ -129,6 +130,7 @@ class Channel:
         self._loop_calls = 0  # its calls that wait
         self._others = 0  # requests that wait for the reader thread
         self._selectors = weakref.WeakSet()  # loops with the channel in their selector
+        self._selector = lambda: None  # the latest of them (weakly): a cheaper check for the common case
         self._wake, self._waken = os.pipe()  # the reader thread's alarm: others went from 0 to 1
         os.set_blocking(self._waken, False)
 
@@ -164,7 +166,7 @@ class Channel:
             lines = []
             # Only the new bytes are searched: a multi-megabyte result costs a few reads and one copy.
             while (end := self._buffer.find(b"\n", self._scanned)) >= 0:
-                lines.append(self._buffer[:end])  # one copy; json.loads takes a bytearray
+                lines.append(self._buffer[:end])  # one copy
                 del self._buffer[:end + 1]  # O(1) for a bytearray's front
                 self._scanned = 0
             self._scanned = len(self._buffer)
@@ -173,7 +175,7 @@ class Channel:
 
     def _route(self, line):
         try:
-            message = json.loads(line)
+            message = DECODER.decode(line.decode())  # UTF-8, as the server writes (json.loads would guess)
             request_id = message["id"] if type(message) is dict and message.get("type") == "result" else None
             failure = None
         except Exception as e:  # never let a reader fail, nor a call wait for good
@@ -211,10 +213,11 @@ class Channel:
         """Reserve the next id; its result goes to deliver(message), on whichever thread reads it. Register
         before sending: no race. A call awaited in `loop` (this thread's running loop) is read by that loop
         while no other loop's call or helper waits."""
-        if loop is not None and loop not in self._selectors:
+        if loop is not None and loop is not self._selector() and loop not in self._selectors:
             try:
                 loop.add_reader(self._in, self._pump)
                 self._selectors.add(loop)
+                self._selector = weakref.ref(loop)
             except (NotImplementedError, RuntimeError, ValueError, OSError):  # a loop without a selector
                 loop = None
         with self._pending_lock:
@@ -576,7 +579,8 @@ def make_tool(channel, spec, book):
             channel.send_line(b'{"type":"call","id":%d,"tool":%s,"args":%s%s}\n' % (request_id, quoted, arguments, at))
             result = await future
         finally:
-            channel.close_request(request_id)
+            if not future.done() or future.cancelled():  # a result was settled (forgotten) as it arrived
+                channel.close_request(request_id)
         value = unwrap(result)
         book.results.add(value, name, line)
         media = result.get("media")
