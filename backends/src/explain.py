@@ -72,7 +72,8 @@ class Results:
     def add(self, value, tool, line):
         if traceable(value):
             self._held.append((value, tool, line, ()))
-            del self._held[:-MAX_HELD]
+            if len(self._held) > MAX_HELD:
+                del self._held[0]
 
     def forget_dropped(self):
         """Forget the values only we hold, keeping the parts of them the program still holds. Called as each
@@ -82,12 +83,15 @@ class Results:
         older = max(len(held) - CHECKED, 0)
         start = self._turn % older if older else 0
         self._turn = start + CHECKED
-        # From the end, so that replacing one value by its parts leaves the indices still to check.
-        newest, in_turn = range(len(held) - 1, older - 1, -1), range(min(start + CHECKED, older) - 1, start - 1, -1)
-        for i in itertools.chain(newest, in_turn):
+        # From the end, so that replacing one value by its parts leaves the indices still to check. With no
+        # older ones (a loop of calls holds one) the newest are all: no chain of ranges to build each call.
+        newest = range(len(held) - 1, older - 1, -1)
+        checked = itertools.chain(newest, range(min(start + CHECKED, older) - 1, start - 1, -1)) if older else newest
+        for i in checked:
             if sys.getrefcount(held[i][0]) <= HELD_BY_ENTRY:
                 held[i:i + 1] = held_parts(held[i])
-        del held[:-MAX_HELD]
+        if len(held) > MAX_HELD:
+            del held[:-MAX_HELD]
 
     def latest(self, tool, line):
         """The last whole result of `tool` still remembered: the one called on `line` if there is one."""
