@@ -215,12 +215,17 @@ async fn serve(
 ) -> Ending {
     let mut exited: Option<AfterExit> = None;
     let mut channel_open = true;
+    // Made once, not at each turn of the loop (two turns a tool call): each would register its timer and
+    // wakers again.
+    let expired = cx.expiry.expired();
+    let exit = control.wait();
+    tokio::pin!(expired, exit);
     loop {
         tokio::select! {
             biased;
-            expired = cx.expiry.expired() => break expired.into(),
+            expired = &mut expired => break expired.into(),
             Some(_) = run.work.join_next(), if !run.work.is_empty() => {}
-            info = control.wait(), if exited.is_none() => {
+            info = &mut exit, if exited.is_none() => {
                 if !channel_open {
                     break Ending::Exited(info);
                 }
