@@ -1,8 +1,9 @@
 //! Ready runners: started, confined, interpreter up and handshake done, waiting for their program. A pool
 //! keeps them so a run does not pay the interpreter's start-up; each serves one run and is discarded, and the
 //! pool refills in the background. It follows demand: it keeps at least `execution.pool_size` ready, as many
-//! as programs recently ran at once, and as many as are taken while one runner starts (Little's law: the
-//! recent arrival rate of runs times the measured start time of a runner), all up to [`DEMAND_CAP`]. A burst
+//! as programs recently ran at once, and as many as are taken while a taken runner is replaced (Little's law:
+//! the recent arrival rate of runs times how long a runner is out of the pool — the run, the wait before its
+//! refill and a start, each measured), all up to [`DEMAND_CAP`]; a few at a time ([`parallel_starts`]). A burst
 //! of concurrent programs is remembered for [`DEMAND_MEMORY`]; the arrival rate fades within seconds once
 //! programs stop coming ([`RATE_TIME_CONSTANT`]); then the pool goes back to `pool_size`, even if no program
 //! runs to trigger it. A run never waits for the pool: with no ready runner at hand it starts its own, exactly
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_backends::protocol::{FromRunner, PROTOCOL_VERSION};
-use ptc_backends::{RunnerControl, SandboxBackend, SpawnError, SpawnRequest};
+use ptc_backends::{RunnerControl, SandboxBackend, SandboxKind, SpawnError, SpawnRequest};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -36,13 +37,19 @@ pub const DEMAND_MEMORY: Duration = Duration::from_secs(300);
 pub const RATE_TIME_CONSTANT: Duration = Duration::from_secs(2);
 /// A runner's start time assumed until the pool has measured one (a start takes about 5-90 ms by backend).
 const START_TIME_PRIOR: Duration = Duration::from_millis(100);
+/// A run's time (from taking a runner to the end) assumed until one was measured.
+const RUN_TIME_PRIOR: Duration = Duration::from_millis(10);
 /// How long after a run the pool waits to replace its runner: the run's answer goes out first, where a start
 /// (a core busy for tens of milliseconds) would hold it up by milliseconds (p50 of `print(1)` 8.9 -> 5.1 ms).
 const REFILL_AFTER_A_RUN: Duration = Duration::from_millis(5);
-/// The same while other runs go on: runs started together end together, and the starts that replace the
-/// first ones to end held up the others' ends by tens of milliseconds (bursts of 8 concurrent 0.5 s
-/// programs took 1.10x the ideal; 1.05x this way).
+/// The same while other runs go on, when a start is costly (a fresh interpreter's): runs started together end
+/// together, and the starts that replace the first ones to end held up the others' ends by tens of
+/// milliseconds (bursts of 8 concurrent 0.5 s programs took 1.10x the ideal; 1.05x this way).
 const REFILL_WHILE_OTHERS_RUN: Duration = Duration::from_millis(100);
+/// Starts that take less (a fork from the zygote, even on a busy machine) cost the runs around them too little
+/// to wait for: the pool refills after [`REFILL_AFTER_A_RUN`] whatever else runs, and keeps up with many
+/// clients.
+const CHEAP_START: Duration = Duration::from_millis(30);
 
 /// A runner past its handshake.
 pub struct ReadyRunner {
@@ -99,11 +106,24 @@ pub async fn start_ready(backend: &dyn SandboxBackend, request: &SpawnRequest) -
     Err(StartError::NotReady { why, stderr: control.stderr_tail().trim().to_string() })
 }
 
+/// How many runners the pool starts at once: on this machine a start is CPU work (an interpreter, a fork from
+/// the zygote, a container runtime's), and past one per core more at once only slow the runs beside them
+/// (runs sent back to back under `none`: p95 15 ms with all the starts demand asked for at once, 8-10 ms
+/// with two on this 2-core machine). A pod's start waits on the cluster, not on this machine.
+fn parallel_starts(kind: SandboxKind) -> usize {
+    match kind {
+        SandboxKind::Kubernetes => DEMAND_CAP,
+        _ => std::thread::available_parallelism().map_or(1, usize::from),
+    }
+}
+
 pub struct RunnerPool {
     backend: Arc<dyn SandboxBackend>,
     request: SpawnRequest,
     /// `execution.pool_size`: the fewest runners kept ready (0: no pool at all).
     size: usize,
+    /// The most runners started for the pool at once (see [`parallel_starts`]).
+    parallel_starts: usize,
     state: Mutex<PoolState>,
     /// Runners being started for the pool; waited for at shutdown.
     starts: TaskTracker,
@@ -111,24 +131,56 @@ pub struct RunnerPool {
     closing: CancellationToken,
 }
 
-#[derive(Default)]
 struct PoolState {
     ready: VecDeque<ReadyRunner>,
     starting: usize,
     demand: Demand,
-    start_time: StartTime,
+    start_time: Learnt,
     /// A task is waiting to shrink the pool once the remembered burst expires and the arrival rate has faded.
     shrink_scheduled: bool,
 }
 
-/// How many programs run at once, the most that did recently, and how fast they arrive.
-#[derive(Debug, Default, Clone, Copy)]
+impl Default for PoolState {
+    fn default() -> Self {
+        PoolState {
+            ready: VecDeque::new(),
+            starting: 0,
+            demand: Demand::default(),
+            start_time: Learnt::new(START_TIME_PRIOR),
+            shrink_scheduled: false,
+        }
+    }
+}
+
+impl PoolState {
+    /// How long after a lone run its replacement is ready: the wait before the refill, and a start.
+    fn refill_lag(&self) -> Duration {
+        REFILL_AFTER_A_RUN + self.start_time.estimate
+    }
+}
+
+/// How many programs run at once, the most that did recently, how fast they arrive and how long they take.
+#[derive(Debug, Clone, Copy)]
 struct Demand {
     running: usize,
     peak: usize,
     /// When `running` last reached `peak`.
     peak_at: Option<Instant>,
     arrivals: ArrivalRate,
+    /// From taking a runner to the run's end.
+    run_time: Learnt,
+}
+
+impl Default for Demand {
+    fn default() -> Self {
+        Demand {
+            running: 0,
+            peak: 0,
+            peak_at: None,
+            arrivals: ArrivalRate::default(),
+            run_time: Learnt::new(RUN_TIME_PRIOR),
+        }
+    }
 }
 
 impl Demand {
@@ -141,8 +193,9 @@ impl Demand {
         self.arrivals.arrived(now);
     }
 
-    fn finished(&mut self) {
+    fn finished(&mut self, ran: Duration) {
         self.running = self.running.saturating_sub(1);
+        self.run_time.measured(ran);
     }
 
     /// The most programs that ran at once within [`DEMAND_MEMORY`] (at least those running now).
@@ -154,52 +207,73 @@ impl Demand {
         self.peak_at.is_some_and(|at| now.saturating_duration_since(at) < DEMAND_MEMORY)
     }
 
-    /// Runners taken while one runner starts, at the recent arrival rate: as many must be on their way for
-    /// every run to find one ready.
-    fn in_flight(&self, start_time: Duration, now: Instant) -> usize {
+    /// Runners taken, at the recent arrival rate, while a taken one is out of the pool: its run, then `lag`
+    /// (the wait before its refill and a start). As many must be ready or on their way for every run to find
+    /// one ready. The run's share is the mean number running (Little's law again), no more than the recent
+    /// peak: one long run after a quiet spell does not stand for a stream of them.
+    fn in_flight(&self, lag: Duration, now: Instant) -> usize {
+        let rate = self.arrivals.per_second(now);
+        let running = (rate * self.run_time.estimate.as_secs_f64()).min(self.recent_peak(now) as f64);
         // A float-to-integer `as` saturates; the cap bounds it anyway.
-        (self.arrivals.per_second(now) * start_time.as_secs_f64()).ceil() as usize
+        (rate * lag.as_secs_f64() + running).ceil() as usize
     }
 
-    /// Ready runners to keep for a pool of at least `size`, when a runner takes `start_time` to start.
-    fn target(&self, size: usize, start_time: Duration, now: Instant) -> usize {
+    /// Ready runners to keep for a pool of at least `size`, when a taken runner is replaced `lag` after its
+    /// run.
+    fn target(&self, size: usize, lag: Duration, now: Instant) -> usize {
         if size == 0 {
             return 0;
         }
-        let wanted = self.recent_peak(now).max(self.in_flight(start_time, now));
+        let wanted = self.recent_peak(now).max(self.in_flight(lag, now));
         wanted.min(size.max(DEMAND_CAP)).max(size)
     }
 
     /// When the target falls back to `size` if no other program arrives: once the remembered burst expires
     /// and the arrival rate has faded. `None` if nothing remembered holds it above `size` any more (runs
     /// still going on may; each refills the pool when it ends).
-    fn settles_at(&self, size: usize, start_time: Duration, now: Instant) -> Option<Instant> {
+    fn settles_at(&self, size: usize, lag: Duration, now: Instant) -> Option<Instant> {
         let burst = self.peak_at.filter(|_| self.peak > size && self.peak_remembered(now)).map(|at| at + DEMAND_MEMORY);
-        let rate = (self.in_flight(start_time, now) > size)
-            .then(|| self.arrivals.falls_to(size as f64 / start_time.as_secs_f64(), now))
+        // Where rate × (lag + run time) is `size` (the run's share capped by the peak only lowers it).
+        let out_of_pool = lag + self.run_time.estimate;
+        let rate = (self.in_flight(lag, now) > size)
+            .then(|| self.arrivals.falls_to(size as f64 / out_of_pool.as_secs_f64(), now))
             .flatten();
         burst.max(rate)
     }
 }
 
-/// Runs per second lately: each arrival adds 1/τ to a sum that decays by e every τ ([`RATE_TIME_CONSTANT`]),
-/// so a steady λ per second settles at λ, and the rate fades once arrivals stop.
-#[derive(Debug, Default, Clone, Copy)]
+/// Runs per second lately: one over the learnt gap between arrivals, so that it follows a faster pace within
+/// a score of arrivals (a second at τ's pace would be most of a short stream), and fading by e every τ
+/// ([`RATE_TIME_CONSTANT`]) after the last arrival.
+#[derive(Debug, Clone, Copy)]
 struct ArrivalRate {
-    /// Per second, as of `at`.
-    rate: f64,
+    gap: Learnt,
     /// The last arrival.
     at: Option<Instant>,
 }
 
+impl Default for ArrivalRate {
+    fn default() -> Self {
+        // A first arrival counts as 1/τ per second.
+        ArrivalRate { gap: Learnt::new(RATE_TIME_CONSTANT), at: None }
+    }
+}
+
 impl ArrivalRate {
     fn arrived(&mut self, now: Instant) {
-        self.rate = self.per_second(now) + 1.0 / RATE_TIME_CONSTANT.as_secs_f64();
+        if let Some(at) = self.at {
+            self.gap.measured(now.saturating_duration_since(at));
+        }
         self.at = Some(now);
     }
 
+    /// Per second as of the last arrival.
+    fn rate(&self) -> f64 {
+        1.0 / self.gap.estimate.as_secs_f64().max(1e-9)
+    }
+
     fn per_second(&self, now: Instant) -> f64 {
-        self.at.map_or(0.0, |at| self.rate * decay(now.saturating_duration_since(at)))
+        self.at.map_or(0.0, |at| self.rate() * decay(now.saturating_duration_since(at)))
     }
 
     /// When the rate falls to `per_second` without further arrivals (`now` if it is there already; `None`
@@ -209,30 +283,28 @@ impl ArrivalRate {
             return Some(now);
         };
         // rate · e^(-t/τ) = per_second
-        let after = (self.rate / per_second).ln() * RATE_TIME_CONSTANT.as_secs_f64();
+        let after = (self.rate() / per_second).ln() * RATE_TIME_CONSTANT.as_secs_f64();
         at.checked_add(Duration::try_from_secs_f64(after).ok()?)
     }
 }
 
-/// What is left of an arrival's weight after `elapsed`.
+/// What is left of the rate `elapsed` after the last arrival.
 fn decay(elapsed: Duration) -> f64 {
     (-elapsed.as_secs_f64() / RATE_TIME_CONSTANT.as_secs_f64()).exp()
 }
 
-/// How long a runner takes to start (through `ready`), learnt from the pool's starts: an average in which
-/// each new start weighs a quarter, so it follows the machine's load within a few starts.
+/// A duration learnt from measurements (a runner's start, a run): an average in which each new one weighs a
+/// quarter, so it follows the machine's load within a few.
 #[derive(Debug, Clone, Copy)]
-struct StartTime {
+struct Learnt {
     estimate: Duration,
 }
 
-impl Default for StartTime {
-    fn default() -> Self {
-        StartTime { estimate: START_TIME_PRIOR }
+impl Learnt {
+    fn new(prior: Duration) -> Self {
+        Learnt { estimate: prior }
     }
-}
 
-impl StartTime {
     fn measured(&mut self, took: Duration) {
         self.estimate = self.estimate * 3 / 4 + took / 4;
     }
@@ -280,7 +352,13 @@ impl Drop for Start {
         let mut state = self.pool.state();
         state.starting -= 1;
         match self.ready.take() {
-            Some(runner) if !self.pool.closing.is_cancelled() => state.ready.push_back(runner),
+            Some(runner) if !self.pool.closing.is_cancelled() => {
+                state.ready.push_back(runner);
+                drop(state);
+                // Starts go a few at a time (`parallel_starts`): the next may begin. Not after a failure,
+                // which would start the next failure at once; the next run's end tries again.
+                Arc::clone(&self.pool).refill();
+            }
             // Dropping it (outside the lock) kills it and removes its scratch directory.
             refused => {
                 drop(state);
@@ -293,22 +371,25 @@ impl Drop for Start {
 /// One run's share of the demand, from before it takes a runner until it is over; then the pool refills.
 pub struct Lease {
     pool: Arc<RunnerPool>,
+    since: Instant,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let others_run = {
-            let demand = &mut self.pool.state().demand;
-            demand.finished();
-            demand.running > 0
+        let delay = {
+            let mut state = self.pool.state();
+            state.demand.finished(self.since.elapsed());
+            let costly_start = state.start_time.estimate > CHEAP_START;
+            if state.demand.running > 0 && costly_start { REFILL_WHILE_OTHERS_RUN } else { REFILL_AFTER_A_RUN }
         };
-        self.pool.refill_after(if others_run { REFILL_WHILE_OTHERS_RUN } else { REFILL_AFTER_A_RUN });
+        self.pool.refill_after(delay);
     }
 }
 
 impl RunnerPool {
     pub fn new(backend: Arc<dyn SandboxBackend>, request: SpawnRequest, size: usize) -> Arc<RunnerPool> {
         Arc::new(RunnerPool {
+            parallel_starts: parallel_starts(backend.kind()),
             backend,
             request,
             size,
@@ -325,8 +406,9 @@ impl RunnerPool {
     /// Counts a run as demand until the lease is dropped (when the run is over), which refills the pool:
     /// starting runners then does not compete with the run for CPU.
     pub fn lease(self: &Arc<Self>) -> Lease {
-        self.state().demand.started(Instant::now());
-        Lease { pool: Arc::clone(self) }
+        let now = Instant::now();
+        self.state().demand.started(now);
+        Lease { pool: Arc::clone(self), since: now }
     }
 
     /// The time limit of its runners.
@@ -344,6 +426,7 @@ impl RunnerPool {
     pub async fn take(&self) -> Result<ReadyRunner, StartError> {
         loop {
             let Some(mut runner) = self.state().ready.pop_front() else {
+                tracing::debug!("no ready runner in the pool: the run starts its own");
                 return start_ready(self.backend.as_ref(), &self.request).await;
             };
             if !runner.control.has_exited() {
@@ -374,13 +457,15 @@ impl RunnerPool {
             if self.closing.is_cancelled() {
                 return;
             }
-            let (now, start_time) = (Instant::now(), state.start_time.estimate);
-            let target = state.demand.target(self.size, start_time, now);
-            let missing = target.saturating_sub(state.ready.len() + state.starting);
+            let (now, lag) = (Instant::now(), state.refill_lag());
+            let target = state.demand.target(self.size, lag, now);
+            let missing = target
+                .saturating_sub(state.ready.len() + state.starting)
+                .min(self.parallel_starts.saturating_sub(state.starting));
             state.starting += missing;
             let keep = target.min(state.ready.len());
             let surplus: Vec<ReadyRunner> = state.ready.drain(keep..).collect();
-            let will_settle = state.demand.settles_at(self.size, start_time, now).is_some();
+            let will_settle = state.demand.settles_at(self.size, lag, now).is_some();
             if will_settle && !std::mem::replace(&mut state.shrink_scheduled, true) {
                 self.schedule_shrink();
             }
@@ -403,7 +488,7 @@ impl RunnerPool {
             loop {
                 let settles = {
                     let state = pool.state();
-                    state.demand.settles_at(pool.size, state.start_time.estimate, Instant::now())
+                    state.demand.settles_at(pool.size, state.refill_lag(), Instant::now())
                 };
                 let Some(settles) = settles else { break };
                 tokio::select! {
@@ -459,7 +544,7 @@ mod tests {
         }
         assert_eq!(demand.target(2, start, at), 5);
         for _ in 0..5 {
-            demand.finished();
+            demand.finished(Duration::from_millis(5));
         }
         assert_eq!(demand.target(2, start, at + DEMAND_MEMORY / 2), 5, "a burst is remembered");
         assert_eq!(demand.settles_at(2, start, at + DEMAND_MEMORY / 2), Some(at + DEMAND_MEMORY));
@@ -490,7 +575,7 @@ mod tests {
         let at = |i| from + gap * i;
         for i in 0..count {
             demand.started(at(i));
-            demand.finished();
+            demand.finished(Duration::ZERO);
         }
         at(count - 1)
     }
@@ -523,9 +608,9 @@ mod tests {
         // 5.7 in flight, falling by e every 2 s: 3.46 a second later, 1.27 after 3 s.
         assert_eq!(demand.target(2, start, last + Duration::from_secs(1)), 4);
         assert_eq!(demand.target(2, start, last + Duration::from_secs(3)), 2);
-        // 2 s · ln(300.25/s × 19 ms / 2) = 2.096 s
+        // 2 s · ln(300/s × 19 ms / 2) = 2.094 s
         let settles = demand.settles_at(2, start, last).expect("the rate holds the pool up");
-        assert_eq!((settles - last).as_millis(), 2096);
+        assert_eq!((settles - last).as_millis(), 2094);
         assert_eq!(demand.target(2, start, settles - Duration::from_millis(10)), 3);
         assert_eq!(demand.target(2, start, settles + Duration::from_millis(1)), 2);
         assert_eq!(demand.settles_at(2, start, settles + Duration::from_millis(1)), None);
@@ -546,7 +631,7 @@ mod tests {
 
     #[test]
     fn the_start_time_is_learnt_from_measured_starts() {
-        let mut start_time = StartTime::default();
+        let mut start_time = Learnt::new(START_TIME_PRIOR);
         assert_eq!(start_time.estimate, START_TIME_PRIOR);
         start_time.measured(Duration::from_millis(20));
         assert_eq!(start_time.estimate, Duration::from_millis(80), "3/4 of 100 ms and 1/4 of 20 ms");
@@ -560,5 +645,41 @@ mod tests {
         start_time.measured(Duration::from_millis(16));
         assert_eq!(start_time.estimate, Duration::from_millis(19));
         assert_eq!(demand.target(2, start_time.estimate, last), 6);
+    }
+
+    #[test]
+    fn runs_back_to_back_count_their_own_time_out_of_the_pool() {
+        // A 4 ms run every 6 ms (a client sending the next as soon as it is answered), replaced 10.6 ms after
+        // its end: 166.7/s × 10.6 ms = 1.77 taken while one is replaced, and 0.67 running on average.
+        let (mut demand, from, gap) = (Demand::default(), Instant::now(), Duration::from_millis(6));
+        for i in 0..5000 {
+            demand.started(from + gap * i);
+            demand.finished(Duration::from_millis(4));
+        }
+        let last = from + gap * 4999;
+        assert_eq!(demand.target(2, Duration::from_micros(10_600), last), 3);
+        assert_eq!(demand.target(2, Duration::from_millis(7), last), 2, "1.17 + 0.67");
+    }
+
+    #[test]
+    fn one_long_run_after_a_quiet_spell_counts_as_one_running() {
+        let (mut demand, at) = (Demand::default(), Instant::now());
+        demand.started(at);
+        demand.finished(Duration::from_secs(60));
+        let after = at + Duration::from_secs(60);
+        // The rate of one arrival a minute ago is tiny; 15 s of learnt run time would stand for 0.5/s × 15 s.
+        assert_eq!(demand.target(1, START_TIME_PRIOR, at), 2, "one running, and one on its way");
+        assert_eq!(demand.target(1, START_TIME_PRIOR, after), 1, "a minute later, the rate has faded");
+        assert_eq!(demand.settles_at(1, START_TIME_PRIOR, after), None, "nothing holds it above 1 any more");
+    }
+
+    #[test]
+    fn a_faster_pace_is_followed_within_a_few_dozen_arrivals() {
+        let (mut demand, from) = (Demand::default(), Instant::now());
+        // 40 runs 5 ms apart, 0.2 s in all: a pace of 200/s.
+        let last = stream(&mut demand, from, Duration::from_millis(5), 40);
+        let rate = demand.arrivals.per_second(last);
+        assert!((190.0..200.1).contains(&rate), "{rate} per second");
+        assert_eq!(demand.target(2, Duration::from_millis(15), last), 3, "200/s × 15 ms");
     }
 }
